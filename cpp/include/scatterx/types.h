@@ -1,0 +1,125 @@
+// Element types and their arithmetic, free of Python.
+//
+// Every operation reproduces what NumPy (and ml_dtypes for bfloat16) computes when it applies
+// the same operation one step at a time, so that a scatter-reduction is bitwise identical to the
+// sequential reference: integers wrap modulo 2^n, 16-bit floats compute in float32 and round to
+// nearest-even after every step, complex products use the plain four-multiply formula.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+namespace scatterx {
+
+struct float16 { uint16_t bits; };
+struct bfloat16 { uint16_t bits; };
+template <class F> struct complex_t { F re, im; };
+using complex64 = complex_t<float>;
+using complex128 = complex_t<double>;
+
+inline float half_to_float(uint16_t h) {
+    uint32_t sign = uint32_t(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) {
+        // Subnormal (or zero): man * 2^-24 is exact in float.
+        float v = float(man) * 5.9604644775390625e-08f;
+        return sign ? -v : v;
+    }
+    return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+inline uint16_t float_to_half(float f) {
+    uint32_t x = std::bit_cast<uint32_t>(f);
+    uint16_t sign = uint16_t((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) {
+        if (ax == 0x7f800000u) return sign | 0x7c00u;
+        return uint16_t(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));  // quiet NaN, payload kept
+    }
+    if (ax >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to infinity
+    if (ax < 0x38800000u) {
+        // Below the smallest normal half: scaling by 2^24 is exact, then round half to even
+        // (the default rounding mode). A result of 1024 is the smallest normal, encoded alike.
+        float scaled = std::bit_cast<float>(ax) * 16777216.0f;
+        return uint16_t(sign | uint16_t(std::nearbyint(scaled)));
+    }
+    uint32_t rounded = ax + 0xfffu + ((ax >> 13) & 1u);
+    return uint16_t(sign | ((rounded - (112u << 23)) >> 13));
+}
+
+inline float bf16_to_float(uint16_t b) { return std::bit_cast<float>(uint32_t(b) << 16); }
+
+inline uint16_t float_to_bf16(float f) {
+    uint32_t x = std::bit_cast<uint32_t>(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t(((x >> 16) & 0x8000u) | 0x7fc0u);
+    return uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+// Arith<T>: add, mul, max, min with NumPy's step semantics. max/min keep the current value on
+// ties and propagate NaN (like np.maximum(current, update)).
+template <class T, class Enable = void> struct Arith;
+
+template <> struct Arith<bool> {
+    static bool add(bool a, bool b) { return a || b; }
+    static bool mul(bool a, bool b) { return a && b; }
+    static bool max(bool a, bool b) { return a || b; }
+    static bool min(bool a, bool b) { return a && b; }
+};
+
+template <class T>
+struct Arith<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
+    // Unsigned arithmetic of at least int's width: wraps modulo 2^n without undefined
+    // behaviour (uint16 * uint16 would otherwise promote to signed int and overflow).
+    using W = std::common_type_t<std::make_unsigned_t<T>, unsigned int>;
+    static T add(T a, T b) { return T(W(a) + W(b)); }
+    static T mul(T a, T b) { return T(W(a) * W(b)); }
+    static T max(T a, T b) { return a >= b ? a : b; }
+    static T min(T a, T b) { return a <= b ? a : b; }
+};
+
+template <class T> struct Arith<T, std::enable_if_t<std::is_floating_point_v<T>>> {
+    static T add(T a, T b) { return a + b; }
+    static T mul(T a, T b) { return a * b; }
+    static T max(T a, T b) { return (a >= b || std::isnan(a)) ? a : b; }
+    static T min(T a, T b) { return (a <= b || std::isnan(a)) ? a : b; }
+};
+
+template <class H, float (*ToF)(uint16_t), uint16_t (*FromF)(float)> struct Arith16 {
+    static H add(H a, H b) { return H{FromF(ToF(a.bits) + ToF(b.bits))}; }
+    static H mul(H a, H b) { return H{FromF(ToF(a.bits) * ToF(b.bits))}; }
+    static H max(H a, H b) {
+        float fa = ToF(a.bits), fb = ToF(b.bits);
+        return (fa >= fb || std::isnan(fa)) ? a : b;
+    }
+    static H min(H a, H b) {
+        float fa = ToF(a.bits), fb = ToF(b.bits);
+        return (fa <= fb || std::isnan(fa)) ? a : b;
+    }
+};
+template <> struct Arith<float16> : Arith16<float16, half_to_float, float_to_half> {};
+template <> struct Arith<bfloat16> : Arith16<bfloat16, bf16_to_float, float_to_bf16> {};
+
+template <class F> struct Arith<complex_t<F>> {
+    using C = complex_t<F>;
+    static C add(C a, C b) { return C{a.re + b.re, a.im + b.im}; }
+    static C mul(C a, C b) { return C{a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re}; }
+};
+
+template <class T> inline constexpr bool is_complex_v = false;
+template <class F> inline constexpr bool is_complex_v<complex_t<F>> = true;
+
+// The one list of native element types. Its order defines the type codes that the binding
+// exports to Python (by name), so no other file repeats it.
+template <class... Ts> struct type_list {};
+using element_types = type_list<bool, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
+                                uint32_t, uint64_t, float16, bfloat16, float, double, complex64,
+                                complex128>;
+inline constexpr const char* element_type_names[] = {
+    "bool",    "int8",    "int16",    "int32",   "int64",   "uint8",     "uint16",    "uint32",
+    "uint64",  "float16", "bfloat16", "float32", "float64", "complex64", "complex128"};
+
+}  // namespace scatterx

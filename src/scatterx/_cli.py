@@ -1,0 +1,47 @@
+"""The ``scatterx`` command line: ``scatterx demo``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from . import _ops
+from ._rules import REDUCTIONS
+
+
+def _demo(args: argparse.Namespace) -> int:
+    data = np.zeros((3, 3), np.float64)
+    indices = np.array([[1, 0, 2], [0, 2, 1]])
+    updates = np.array([[1.0, 1.1, 1.2], [2.0, 2.1, 2.2]], np.float64)
+    print("ScatterElements along axis 0")
+    print(f"  data    = {data.tolist()}")
+    print(f"  indices = {indices.tolist()}")
+    print(f"  updates = {updates.tolist()}")
+    for reduction in REDUCTIONS:
+        result = _ops.scatter_elements(data, indices, updates, axis=0, reduction=reduction)
+        print(f"  reduction={reduction!r:6} -> {result.tolist()}")
+    data = np.array([[1.0, 2.0, 3.0, 4.0, 5.0]], np.float64)
+    indices = np.array([[1, 3]])
+    updates = np.array([[1.1, 2.1]], np.float64)
+    result = _ops.scatter_elements(data, indices, updates, axis=1)
+    print("ScatterElements along axis 1")
+    print(f"  data={data.tolist()} indices={indices.tolist()} updates={updates.tolist()}")
+    print(f"  -> {result.tolist()}")
+    gathered = _ops.gather_elements(result, np.array([[3, 1, -1]]), axis=1)
+    print(f"GatherElements of that result at [[3, 1, -1]] along axis 1 -> {gathered.tolist()}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scatterx", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="show ScatterElements and GatherElements on small examples")
+    demo.set_defaults(func=_demo)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Kernel dispatch: the native core for numeric and bool dtypes, a Python path for strings.
+
+Callers pass a validated call (see ``_rules``). Both paths check every index before anything is
+written, so an error leaves ``out`` untouched.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _core
+from ._rules import NATIVE_DTYPES, GatherCall, ScatterCall, is_string_dtype, raise_out_of_bounds
+
+_TYPE_CODES = {dt: _core.element_types.index(name) for dt, name in zip(NATIVE_DTYPES, _core.element_types)}
+_REDUCTION_CODES = {name: i for i, name in enumerate(_core.reductions)}
+
+
+def check_bounds(indices: np.ndarray, axis: int, size: int) -> None:
+    """IndexError naming the first index (row-major) outside [-size, size)."""
+    bad = _core.first_bad_index(indices, size)
+    if bad >= 0:
+        raise_out_of_bounds(indices, bad, axis, size)
+
+
+def _detach(arr: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """A copy of `arr` if it shares memory with `out` (reading it while writing out is unsafe)."""
+    return arr.copy() if np.may_share_memory(arr, out) else arr
+
+
+def _is_same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    return (
+        a is b
+        or (
+            a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.strides == b.strides
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+        )
+    )
+
+
+def scatter(call: ScatterCall, out: np.ndarray | None) -> np.ndarray:
+    """Runs a validated scatter; returns `out` or a new C-contiguous array."""
+    if is_string_dtype(call.data.dtype):
+        from ._strings import scatter_strings
+
+        return scatter_strings(call, out)
+    if out is not None and not out.flags.aligned:
+        np.copyto(out, scatter(call, None))
+        return out
+    data, indices, updates = call.data, call.indices, call.updates
+    if out is None:
+        out = np.empty(data.shape, data.dtype)
+        copy = True
+    else:
+        copy = not _is_same_view(out, data)
+        if copy:
+            data = _detach(data, out)
+        indices = _detach(indices, out)
+        updates = _detach(updates, out)
+    bad = _core.scatter(
+        data, indices, updates, out, call.axis, _REDUCTION_CODES[call.reduction],
+        _TYPE_CODES[data.dtype], copy,
+    )
+    if bad >= 0:
+        raise_out_of_bounds(indices, bad, call.axis, data.shape[call.axis])
+    return out
+
+
+def gather(call: GatherCall, out: np.ndarray | None) -> np.ndarray:
+    data, indices = call.data, call.indices
+    if is_string_dtype(data.dtype):
+        from ._strings import gather_strings
+
+        return gather_strings(call, out)
+    if out is None:
+        out = np.empty(indices.shape, data.dtype)
+    elif not out.flags.aligned:
+        np.copyto(out, gather(call, None))
+        return out
+    else:
+        data = _detach(data, out)
+        indices = _detach(indices, out)
+    bad = _core.gather(data, indices, out, call.axis)
+    if bad >= 0:
+        raise_out_of_bounds(indices, bad, call.axis, data.shape[call.axis])
+    return out
