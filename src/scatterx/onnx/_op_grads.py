@@ -197,8 +197,9 @@ def _reduce(node, x, y, g, mean: bool):
     axes = _sorted_axes(axes, data.ndim)
     grad = g[0] if keepdims else np.expand_dims(g[0], axes)
     if mean:
+        # An empty reduction has an empty input, whose gradient is empty whatever the divisor.
         count = int(np.prod([data.shape[a] for a in axes]))
-        grad = grad / count
+        grad = grad / max(count, 1)
     grads[0] = np.broadcast_to(grad, data.shape)
     return grads
 
@@ -250,7 +251,8 @@ def _gather(node, x, y, g):
     expanded = np.broadcast_to(
         indices.reshape((1,) * len(lead) + (-1,) + (1,) * len(trail)), updates.shape
     )
-    return [scatter_elements(grad, expanded, np.ascontiguousarray(updates), axis=axis, reduction="add"), None]
+    updates = np.ascontiguousarray(updates)
+    return [scatter_elements(grad, expanded, updates, axis=axis, reduction="add"), None]
 
 
 _RULES: dict[str, GradRule] = {
@@ -294,7 +296,7 @@ def _widen(value):
 def _wrap(op_type: str, rule: GradRule) -> GradRule:
     def grad_rule(node, inputs, outputs, grad_outputs):
         n = len(node.input)
-        if all(g is None for g in grad_outputs):
+        if all(g is None for g in grad_outputs) or not any(map(_is_differentiable, inputs)):
             return [None] * n
         outputs = [_widen(v) for v in outputs]
         # A missing cotangent of an output is a zero cotangent.
@@ -314,7 +316,8 @@ def _wrap(op_type: str, rule: GradRule) -> GradRule:
             gx = np.asarray(gx)
             if gx.shape != x.shape:
                 raise AssertionError(
-                    f"{op_type} gradient rule produced shape {gx.shape} for input {i} of shape {x.shape}"
+                    f"{op_type} gradient rule produced shape {gx.shape} "
+                    f"for input {i} of shape {x.shape}"
                 )
             result.append(np.array(gx, dtype=x.dtype, copy=True))
         return result
