@@ -79,7 +79,10 @@ def check_vjp(op_type, inputs, attrs=None, opset=18):
 
     y = forward(inputs)
     cotangent = rand(*y.shape)
+    snapshot = [None if v is None else np.copy(v) for v in inputs]
     grads = GRAD_RULES[op_type](node, list(inputs[: len(names)]), [y], [cotangent])
+    for before, after in zip(snapshot, inputs):
+        np.testing.assert_array_equal(after, before, err_msg="a rule wrote into its input")
     assert len(grads) == len(node.input)
     for i, (x, gx) in enumerate(zip(inputs, grads)):
         if x is None or np.asarray(x).dtype.kind != "f":
@@ -238,6 +241,18 @@ def test_gather_along_an_inner_axis_accumulates_per_row():
     (gd, _) = GRAD_RULES["Gather"](node, [data, indices], [np.take(data, indices, 1)], [g])
     # Row r receives g[r, 0, 0] + g[r, 0, 1] + g[r, 1, 1] at column 2 and g[r, 1, 0] at column 0.
     np.testing.assert_array_equal(gd, [[3.0, 0.0, 1 + 2 + 4], [7.0, 0.0, 5 + 6 + 8]])
+
+
+def test_low_precision_gather_accumulates_in_float32():
+    node = helper.make_node("Gather", ["d", "i"], ["y"], axis=0)
+    data = np.zeros(2, dtype=ml_dtypes.bfloat16)
+    indices = ints(*[0] * 300)
+    g = np.ones(300, dtype=ml_dtypes.bfloat16)
+    (gd, _) = GRAD_RULES["Gather"](node, [data, indices], [data[indices]], [g])
+    # Summed in bfloat16 one by one, 300 ones would stall at 256; in float32 the sum is exact
+    # and 300 rounds once to the bfloat16 value 300.
+    assert gd.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(gd.astype(np.float64), [300.0, 0.0])
 
 
 def test_gather_with_no_indices_has_a_zero_gradient():
