@@ -100,10 +100,12 @@ int64_t first_bad_index(nb::handle indices, int64_t size) {
     return bad;
 }
 
-// Scatters into `out`. Returns -1, or the flat position of the first out-of-bounds index (then
-// nothing has been written). With copy=True, data is first copied into out.
+// Scatters into `out`. Returns -1, or the flat position of the first out-of-bounds index. With
+// copy=True, data is first copied into out. With precheck=True every index is checked before
+// anything is written (out keeps its contents on error); with precheck=False the check is fused
+// into the scatter (for a fresh output that the caller discards on error).
 int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, nb::handle out_h,
-                int axis, int reduction, int type_code, bool copy) {
+                int axis, int reduction, int type_code, bool copy, bool precheck) {
     View data = view(data_h, "data"), idx = view(indices_h, "indices");
     View upd = view(updates_h, "updates"), out = view(out_h, "out", true);
     check_geometry(data, idx, axis);
@@ -115,8 +117,10 @@ int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, n
     dispatch_index(int(idx.itemsize), [&](auto it) {
         using I = typename decltype(it)::type;
         nb::gil_scoped_release release;
-        bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, data.shape[axis]);
-        if (bad >= 0) return;
+        if (precheck) {
+            bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, data.shape[axis]);
+            if (bad >= 0) return;
+        }
         if (copy) copy_strided(out.data, out.strides, data.data, data.strides, data.shape, data.ndim, itemsize);
         Geometry g = make_geometry(idx.shape, idx.ndim, axis, out.strides, idx.strides, upd.strides,
                                    out.shape[axis]);
@@ -125,7 +129,8 @@ int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, n
             dispatch_reduction(reduction, [&](auto rr) {
                 constexpr Reduction R = decltype(rr)::value;
                 if constexpr (supported_v<T, R>) {
-                    scatter_kernel<T, I, R>(g, out.data, idx.data, upd.data);
+                    if (!scatter_kernel<T, I, R>(g, out.data, idx.data, upd.data))
+                        bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, data.shape[axis]);
                 } else {
                     throw std::invalid_argument("scatterx._core: reduction not defined for this type");
                 }
@@ -135,9 +140,9 @@ int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, n
     return bad;
 }
 
-// Gathers into `out` (shape of indices). Returns -1 or the first bad flat position; nothing is
-// written in that case.
-int64_t gather(nb::handle data_h, nb::handle indices_h, nb::handle out_h, int axis) {
+// Gathers into `out` (shape of indices). Returns -1 or the first bad flat position; with
+// precheck=True nothing is written in that case.
+int64_t gather(nb::handle data_h, nb::handle indices_h, nb::handle out_h, int axis, bool precheck) {
     View data = view(data_h, "data"), idx = view(indices_h, "indices"), out = view(out_h, "out", true);
     check_geometry(data, idx, axis);
     if (!same_shape(idx, out) || out.itemsize != data.itemsize)
@@ -146,18 +151,22 @@ int64_t gather(nb::handle data_h, nb::handle indices_h, nb::handle out_h, int ax
     dispatch_index(int(idx.itemsize), [&](auto it) {
         using I = typename decltype(it)::type;
         nb::gil_scoped_release release;
-        bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, data.shape[axis]);
-        if (bad >= 0) return;
+        if (precheck) {
+            bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, data.shape[axis]);
+            if (bad >= 0) return;
+        }
         Geometry g = make_geometry(idx.shape, idx.ndim, axis, data.strides, idx.strides, out.strides,
                                    data.shape[axis]);
+        bool ok = true;
         switch (data.itemsize) {
-            case 1: return gather_kernel<1, I>(g, data.data, idx.data, out.data);
-            case 2: return gather_kernel<2, I>(g, data.data, idx.data, out.data);
-            case 4: return gather_kernel<4, I>(g, data.data, idx.data, out.data);
-            case 8: return gather_kernel<8, I>(g, data.data, idx.data, out.data);
-            case 16: return gather_kernel<16, I>(g, data.data, idx.data, out.data);
+            case 1: ok = gather_kernel<1, I>(g, data.data, idx.data, out.data); break;
+            case 2: ok = gather_kernel<2, I>(g, data.data, idx.data, out.data); break;
+            case 4: ok = gather_kernel<4, I>(g, data.data, idx.data, out.data); break;
+            case 8: ok = gather_kernel<8, I>(g, data.data, idx.data, out.data); break;
+            case 16: ok = gather_kernel<16, I>(g, data.data, idx.data, out.data); break;
             default: throw std::invalid_argument("scatterx._core: unsupported element size");
         }
+        if (!ok) bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, data.shape[axis]);
     });
     return bad;
 }
@@ -175,8 +184,10 @@ NB_MODULE(_core, m) {
     m.attr("element_types") = std::vector<std::string>(std::begin(element_type_names), std::end(element_type_names));
     m.attr("reductions") = std::vector<std::string>(std::begin(reduction_names), std::end(reduction_names));
     m.def("scatter", &scatter, nb::arg("data"), nb::arg("indices"), nb::arg("updates"), nb::arg("out"),
-          nb::arg("axis"), nb::arg("reduction"), nb::arg("type_code"), nb::arg("copy"));
-    m.def("gather", &gather, nb::arg("data"), nb::arg("indices"), nb::arg("out"), nb::arg("axis"));
+          nb::arg("axis"), nb::arg("reduction"), nb::arg("type_code"), nb::arg("copy"),
+          nb::arg("precheck"));
+    m.def("gather", &gather, nb::arg("data"), nb::arg("indices"), nb::arg("out"), nb::arg("axis"),
+          nb::arg("precheck"));
     m.def("first_bad_index", &first_bad_index, nb::arg("indices"), nb::arg("size"));
     m.def("set_num_threads", [](int n) { ThreadPool::instance().set_num_threads(n); }, nb::arg("n"));
     m.def("get_num_threads", [] { return ThreadPool::instance().num_threads(); });

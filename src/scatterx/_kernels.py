@@ -49,7 +49,8 @@ def scatter(call: ScatterCall, out: np.ndarray | None) -> np.ndarray:
         np.copyto(out, scatter(call, None))
         return out
     data, indices, updates = call.data, call.indices, call.updates
-    if out is None:
+    fresh = out is None
+    if fresh:
         out = np.empty(data.shape, data.dtype)
         copy = True
     else:
@@ -60,7 +61,7 @@ def scatter(call: ScatterCall, out: np.ndarray | None) -> np.ndarray:
         updates = _detach(updates, out)
     bad = _core.scatter(
         data, indices, updates, out, call.axis, _REDUCTION_CODES[call.reduction],
-        _TYPE_CODES[data.dtype], copy,
+        _TYPE_CODES[data.dtype], copy, not fresh,
     )
     if bad >= 0:
         raise_out_of_bounds(indices, bad, call.axis, data.shape[call.axis])
@@ -73,7 +74,8 @@ def gather(call: GatherCall, out: np.ndarray | None) -> np.ndarray:
         from ._strings import gather_strings
 
         return gather_strings(call, out)
-    if out is None:
+    fresh = out is None
+    if fresh:
         out = np.empty(indices.shape, data.dtype)
     elif not out.flags.aligned:
         np.copyto(out, gather(call, None))
@@ -81,7 +83,7 @@ def gather(call: GatherCall, out: np.ndarray | None) -> np.ndarray:
     else:
         data = _detach(data, out)
         indices = _detach(indices, out)
-    bad = _core.gather(data, indices, out, call.axis)
+    bad = _core.gather(data, indices, out, call.axis, not fresh)
     if bad >= 0:
         raise_out_of_bounds(indices, bad, call.axis, data.shape[call.axis])
     return out

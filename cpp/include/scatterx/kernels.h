@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -207,98 +208,208 @@ inline Geometry make_geometry(const int64_t* ishape, int ndim, int axis, const i
     return g;
 }
 
+// One unsigned compare: v in [-size, size).
+template <class I> inline bool in_bounds(I v, int64_t size) {
+    return uint64_t(int64_t(v)) + uint64_t(size) < 2 * uint64_t(size);
+}
 template <class I> inline int64_t normalise(I v, int64_t size) {
     int64_t x = int64_t(v);
     return x < 0 ? x + size : x;
 }
 
-// Runs body(p0, pi, p2, count_inner, inner strides, axis_len, axis strides) over fibers split among
-// threads. Each call covers a block of fibers: `count` consecutive positions of the inner
-// non-axis dimension, for every axis position. Fibers are visited so that every fiber sees its
-// axis positions in increasing order.
-template <class Body> void for_each_fiber_block(const Geometry& g, char* const base[3], Body&& body) {
-    const Strided<3>& s = g.s;
-    const int a = g.axis;
-    const int64_t na = s.shape[a];
-    // The non-axis dimensions form the fiber space; its last one is walked in the inner loop.
+// The fiber space of a geometry: the non-axis dimensions; its last one is the inner loop.
+struct FiberSpace {
     Strided<3> f;
-    f.ndim = 0;
+    int64_t nfib;
+    int64_t na;       // length of every fiber (indices' axis length)
+    int64_t astr[3];  // per-array byte strides along the axis (0 for array 0)
+};
+
+inline FiberSpace fiber_space(const Geometry& g) {
+    FiberSpace fs;
+    const Strided<3>& s = g.s;
+    fs.f.ndim = 0;
     for (int d = 0; d < s.ndim; ++d) {
-        if (d == a) continue;
-        f.shape[f.ndim] = s.shape[d];
-        for (int k = 0; k < 3; ++k) f.stride[k][f.ndim] = s.stride[k][d];
-        ++f.ndim;
+        if (d == g.axis) continue;
+        fs.f.shape[fs.f.ndim] = s.shape[d];
+        for (int k = 0; k < 3; ++k) fs.f.stride[k][fs.f.ndim] = s.stride[k][d];
+        ++fs.f.ndim;
     }
-    const int64_t nfib = volume(f.shape, f.ndim);
-    if (nfib == 0 || na == 0) return;
-    const int64_t work = nfib * na;
-    int parts = int(std::min<int64_t>({int64_t(256), nfib, std::max<int64_t>(1, work / kParallelGrain)}));
-    const int64_t astr[3] = {0, s.stride[1][a], s.stride[2][a]};
+    fs.nfib = volume(fs.f.shape, fs.f.ndim);
+    fs.na = s.shape[g.axis];
+    fs.astr[0] = 0;
+    fs.astr[1] = s.stride[1][g.axis];
+    fs.astr[2] = s.stride[2][g.axis];
+    return fs;
+}
+
+// Runs body(p, count, inner_strides, xpart, xparts) over fparts x xparts parts: fparts split the
+// fibers into contiguous ranges, xparts split something else that the body decides (scatter: the
+// destination range along the axis; gather: the axis positions). Each call covers `count`
+// consecutive fibers along the inner fiber dimension.
+template <class Body>
+void parallel_blocks(const FiberSpace& fs, char* const base[3], int fparts, int xparts, Body&& body) {
+    const int parts = fparts * xparts;
+    static const int64_t zero[3] = {0, 0, 0};
     ThreadPool::instance().run(parts, [&](int w, int nw) {
         for (int part = w; part < parts; part += nw) {
-            auto [lo, hi] = split_range(nfib, part, parts);
-            for_each_run(f, base, lo, hi, [&](char* const* p, int64_t count, const int64_t* inner) {
-                static const int64_t zero[3] = {0, 0, 0};
-                body(p, count, inner ? inner : zero, na, astr);
+            const int fp = part / xparts, xp = part % xparts;
+            auto [lo, hi] = split_range(fs.nfib, fp, fparts);
+            for_each_run(fs.f, base, lo, hi, [&](char* const* p, int64_t count, const int64_t* inner) {
+                body(p, count, inner ? inner : zero, xp, xparts);
             });
         }
     });
 }
 
+// How to split `work` elements over `nfib` fibers: by fibers when there are enough of them,
+// otherwise along the second dimension.
+inline std::pair<int, int> choose_parts(int64_t nfib, int64_t work) {
+    const int threads = ThreadPool::instance().num_threads();
+    if (work < kParallelGrain || threads <= 1) return {1, 1};
+    const int useful = int(std::min<int64_t>(threads, std::max<int64_t>(1, work / kParallelGrain)));
+    if (nfib >= useful) return {useful, 1};
+    return {1, useful};
+}
+
+// Scatter of one block of fibers. Filter: apply only updates whose (normalised) target lies in
+// [vlo, vhi); the others go to a private dummy so the loop stays branch-free. Out-of-bounds
+// indices are never applied; they raise `bad`.
+template <class T, class I, Reduction R, bool Filter> struct ScatterBlock {
+    int64_t size, ostr, vlo, vhi;
+    bool* bad;
+
+    void fiber(char* op, const char* ip, const char* up, int64_t na, int64_t is, int64_t us) const {
+        T dummy{};
+        for (int64_t j = 0; j < na; ++j) {
+            const I raw = *reinterpret_cast<const I*>(ip + j * is);
+            if (!in_bounds(raw, size)) { *bad = true; continue; }
+            const int64_t v = normalise(raw, size);
+            T* dst = reinterpret_cast<T*>(op + v * ostr);
+            if constexpr (Filter) dst = (v >= vlo && v < vhi) ? dst : &dummy;
+            Reducer<R>::apply(*dst, *reinterpret_cast<const T*>(up + j * us));
+        }
+    }
+};
+
+template <class T, class I, Reduction R, bool Filter>
+void scatter_rows(const ScatterBlock<T, I, R, Filter>& sb, char* const* p, int64_t count,
+                  const int64_t* in, int64_t na, const int64_t* astr) {
+    const bool contiguous = in[0] == int64_t(sizeof(T)) && in[2] == int64_t(sizeof(T));
+    T dummy{};
+    for (int64_t j = 0; j < na; ++j) {
+        const char* ip = p[1] + j * astr[1];
+        const T* up = reinterpret_cast<const T*>(p[2] + j * astr[2]);
+        if (contiguous) {
+            // The expanded index of message passing: one target for the whole row of fibers,
+            // so the row is combined as one contiguous (vectorisable) span.
+            const I first = *reinterpret_cast<const I*>(ip);
+            bool constant = true;
+            if (in[1] != 0) {
+                const I* iv = reinterpret_cast<const I*>(ip);
+                if (in[1] == int64_t(sizeof(I))) {
+                    for (int64_t k = 1; k < count; ++k) constant &= iv[k] == first;
+                } else {
+                    for (int64_t k = 1; k < count; ++k)
+                        constant &= *reinterpret_cast<const I*>(ip + k * in[1]) == first;
+                }
+            }
+            if (constant) {
+                if (!in_bounds(first, sb.size)) { *sb.bad = true; continue; }
+                const int64_t v = normalise(first, sb.size);
+                if constexpr (Filter) {
+                    if (v < sb.vlo || v >= sb.vhi) continue;
+                }
+                T* __restrict dst = reinterpret_cast<T*>(p[0] + v * sb.ostr);
+                for (int64_t k = 0; k < count; ++k) Reducer<R>::apply(dst[k], up[k]);
+                continue;
+            }
+        }
+        for (int64_t k = 0; k < count; ++k) {
+            const I raw = *reinterpret_cast<const I*>(ip + k * in[1]);
+            if (!in_bounds(raw, sb.size)) { *sb.bad = true; continue; }
+            const int64_t v = normalise(raw, sb.size);
+            T* dst = reinterpret_cast<T*>(p[0] + k * in[0] + v * sb.ostr);
+            if constexpr (Filter) dst = (v >= sb.vlo && v < sb.vhi) ? dst : &dummy;
+            Reducer<R>::apply(*dst, *reinterpret_cast<const T*>(p[2] + j * astr[2] + k * in[2]));
+        }
+    }
+}
+
+// Returns false when an out-of-bounds index was met (it was skipped; the caller reports it).
 template <class T, class I, Reduction R>
-void scatter_kernel(const Geometry& g, char* out, const char* indices, const char* updates) {
+bool scatter_kernel(const Geometry& g, char* out, const char* indices, const char* updates) {
     char* base[3] = {out, const_cast<char*>(indices), const_cast<char*>(updates)};
-    const int64_t size = g.axis_size, ostr = g.axis_stride;
+    const FiberSpace fs = fiber_space(g);
+    if (fs.nfib == 0 || fs.na == 0) return true;
     // Axis before the inner fiber dimension: walk each axis position across the block of fibers
     // (contiguous inner loop). Axis after it: finish one fiber before the next.
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
-    for_each_fiber_block(g, base, [&](char* const* p, int64_t count, const int64_t* in,
-                                      int64_t na, const int64_t* astr) {
-        if (axis_outer) {
-            for (int64_t j = 0; j < na; ++j) {
-                const char* ip = p[1] + j * astr[1];
-                const char* up = p[2] + j * astr[2];
-                char* op = p[0];
-                for (int64_t k = 0; k < count; ++k) {
-                    int64_t v = normalise(*reinterpret_cast<const I*>(ip + k * in[1]), size);
-                    T& dst = *reinterpret_cast<T*>(op + k * in[0] + v * ostr);
-                    Reducer<R>::apply(dst, *reinterpret_cast<const T*>(up + k * in[2]));
-                }
+    auto [fparts, xparts] = choose_parts(fs.nfib, fs.nfib * fs.na);
+    std::atomic<bool> bad{false};
+    auto run = [&](auto filter) {
+        constexpr bool Filter = decltype(filter)::value;
+        parallel_blocks(fs, base, fparts, xparts, [&](char* const* p, int64_t count, const int64_t* in,
+                                                      int xp, int xn) {
+            auto [vlo, vhi] = split_range(g.axis_size, xp, xn);
+            bool local_bad = false;
+            ScatterBlock<T, I, R, Filter> sb{g.axis_size, g.axis_stride, vlo, vhi, &local_bad};
+            if (count == 1 || !axis_outer) {
+                for (int64_t k = 0; k < count; ++k)
+                    sb.fiber(p[0] + k * in[0], p[1] + k * in[1], p[2] + k * in[2], fs.na, fs.astr[1], fs.astr[2]);
+            } else {
+                scatter_rows(sb, p, count, in, fs.na, fs.astr);
             }
-        } else {
-            for (int64_t k = 0; k < count; ++k) {
-                const char* ip = p[1] + k * in[1];
-                const char* up = p[2] + k * in[2];
-                char* op = p[0] + k * in[0];
-                for (int64_t j = 0; j < na; ++j) {
-                    int64_t v = normalise(*reinterpret_cast<const I*>(ip + j * astr[1]), size);
-                    T& dst = *reinterpret_cast<T*>(op + v * ostr);
-                    Reducer<R>::apply(dst, *reinterpret_cast<const T*>(up + j * astr[2]));
-                }
-            }
-        }
-    });
+            if (local_bad) bad.store(true, std::memory_order_relaxed);
+        });
+    };
+    if (xparts > 1) run(std::true_type{});
+    else run(std::false_type{});
+    return !bad.load();
 }
 
-// Element size only matters for a gather: it moves bytes.
-template <int64_t N, class I> void gather_kernel(const Geometry& g, const char* data, const char* indices, char* out) {
+// Element size only matters for a gather: it moves bytes. Returns false when an out-of-bounds
+// index was met (its element was not read).
+template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* data, const char* indices, char* out) {
     char* base[3] = {const_cast<char*>(data), const_cast<char*>(indices), out};
+    const FiberSpace fs = fiber_space(g);
+    if (fs.nfib == 0 || fs.na == 0) return true;
     const int64_t size = g.axis_size, dstr = g.axis_stride;
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
-    for_each_fiber_block(g, base, [&](char* const* p, int64_t count, const int64_t* in,
-                                      int64_t na, const int64_t* astr) {
+    auto [fparts, xparts] = choose_parts(fs.nfib, fs.nfib * fs.na);
+    std::atomic<bool> bad{false};
+    parallel_blocks(fs, base, fparts, xparts, [&](char* const* p, int64_t count, const int64_t* in,
+                                                  int xp, int xn) {
+        auto [j0, j1] = split_range(fs.na, xp, xn);
+        const int64_t* astr = fs.astr;
+        bool local_bad = false;
         auto move = [&](int64_t j, int64_t k) {
-            int64_t v = normalise(*reinterpret_cast<const I*>(p[1] + j * astr[1] + k * in[1]), size);
+            const I raw = *reinterpret_cast<const I*>(p[1] + j * astr[1] + k * in[1]);
+            if (!in_bounds(raw, size)) { local_bad = true; return; }
+            const int64_t v = normalise(raw, size);
             std::memcpy(p[2] + j * astr[2] + k * in[2], p[0] + k * in[0] + v * dstr, size_t(N));
         };
-        if (axis_outer) {
-            for (int64_t j = 0; j < na; ++j)
-                for (int64_t k = 0; k < count; ++k) move(j, k);
-        } else {
+        if (count == 1 || !axis_outer) {
             for (int64_t k = 0; k < count; ++k)
-                for (int64_t j = 0; j < na; ++j) move(j, k);
+                for (int64_t j = j0; j < j1; ++j) move(j, k);
+        } else {
+            const bool contiguous = in[0] == N && in[2] == N && in[1] == int64_t(sizeof(I));
+            for (int64_t j = j0; j < j1; ++j) {
+                if (contiguous) {
+                    const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
+                    bool constant = true;
+                    for (int64_t k = 1; k < count; ++k) constant &= iv[k] == iv[0];
+                    if (constant && in_bounds(iv[0], size)) {
+                        std::memcpy(p[2] + j * astr[2], p[0] + normalise(iv[0], size) * dstr, size_t(count * N));
+                        continue;
+                    }
+                }
+                for (int64_t k = 0; k < count; ++k) move(j, k);
+            }
         }
+        if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
+    return !bad.load();
 }
 
 }  // namespace scatterx
