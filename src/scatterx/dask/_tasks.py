@@ -1,0 +1,178 @@
+"""The functions that run inside dask tasks: NumPy in, NumPy out, no dask import.
+
+Every function here sees one block (or a short ordered list of blocks) and calls the NumPy path
+of scatterx, so the rules of the operators hold per block. Blocks that come from an earlier task
+of the same strategy are owned by that chain and may be updated in place; blocks of the user's
+arrays never are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _core
+from .._ops import gather_elements, scatter_elements
+from .._rules import as_indices, is_string_dtype, out_of_bounds_message
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _raise_at(block: np.ndarray, flat: int, offset: tuple, axis: int, size: int):
+    local = np.unravel_index(flat, block.shape)
+    position = tuple(int(p) + int(o) for p, o in zip(local, offset))
+    raise IndexError(out_of_bounds_message(int(block[local]), position, axis, size))
+
+
+def prepare_indices(block: np.ndarray, axis: int, size: int, offset: tuple) -> np.ndarray:
+    """An indices block as int32/int64 with every value checked against ``[-size, size)``.
+
+    `offset` is the block's position in the whole indices array, so the IndexError names the
+    global position, with the NumPy path's message.
+    """
+    if block.dtype == np.uint64 and block.size:
+        big = np.flatnonzero(block.ravel() > _INT64_MAX)
+        if big.size:
+            _raise_at(block, int(big[0]), offset, axis, size)
+    idx = as_indices(block, size, axis)
+    bad = _core.first_bad_index(idx, size)
+    if bad >= 0:
+        _raise_at(idx, bad, offset, axis, size)
+    return idx
+
+
+def checked_indices(block, axis, size, block_info=None):
+    """``map_blocks`` wrapper of `prepare_indices` (the offset comes from `block_info`)."""
+    offset = tuple(start for start, _ in block_info[0]["array-location"])
+    return prepare_indices(block, axis, size, offset)
+
+
+def _fresh(block: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return np.array(block, dtype=dtype, order="C", copy=True)
+
+
+def scatter_fold(out, indices_blocks, updates_blocks, *, axis, reduction, owned):
+    """Applies (indices, updates) blocks to an output block one after the other.
+
+    The blocks follow each other along `axis`, so folding them in list order is the row-major
+    order of the whole indices array restricted to this block: the result is the NumPy path's,
+    bit for bit. `owned` says that `out` was made by the previous fold and may be overwritten.
+    """
+    fresh = owned
+    in_place = owned and not is_string_dtype(out.dtype)
+    for idx, upd in zip(indices_blocks, updates_blocks):
+        if in_place:
+            scatter_elements(out, idx, upd, axis, reduction, out=out)
+        else:
+            out = scatter_elements(out, idx, upd, axis, reduction)
+            fresh = True
+            in_place = not is_string_dtype(out.dtype)
+    return out if fresh else _fresh(out, out.dtype.newbyteorder("="))
+
+
+def route(indices, updates, *, axis, size, starts, data_chunks, block_info=None):
+    """Splits one (indices, updates) block by destination chunk along `axis`.
+
+    Returns an object array of shape ``(1, ..., 1, K)``: entry ``k`` is ``None`` or a pair
+    (flat positions in output block ``k``, values), both in the row-major order of the block,
+    so that applying the pieces in block order keeps the sequential order of the updates.
+    """
+    info = block_info[0]
+    offset = tuple(start for start, _ in info["array-location"])
+    where = info["chunk-location"]
+    idx = prepare_indices(indices, axis, size, offset)
+    starts = np.asarray(starts, np.int64)
+    n_dest = len(starts)
+    pieces = np.empty((1,) * indices.ndim + (n_dest,), object)
+    slots = pieces.reshape(-1)  # a view: a scalar index stores a pair as one object
+    if idx.size == 0:
+        return pieces
+    shape = [data_chunks[d][where[d]] if d != axis else 0 for d in range(indices.ndim)]
+    v = idx.astype(np.int64)
+    v += np.where(v < 0, size, 0)
+    dest = np.searchsorted(starts, v, side="right") - 1
+    local = v - starts[dest]
+    lengths = np.diff(np.append(starts, size))
+    # flat = ((outer * L_k) + local) * inner + tail, with outer/tail the coordinates before/after
+    # the axis ravelled in the data block's shape (indices share the block's origin).
+    outer = np.zeros((1,) * indices.ndim, np.int64)
+    stride = 1
+    for d in range(axis - 1, -1, -1):
+        outer = outer + _coordinate(d, indices.shape) * stride
+        stride *= shape[d]
+    tail = np.zeros((1,) * indices.ndim, np.int64)
+    inner = 1
+    for d in range(indices.ndim - 1, axis, -1):
+        tail = tail + _coordinate(d, indices.shape) * inner
+        inner *= shape[d]
+    flat = ((outer * lengths[dest] + local) * inner + tail).ravel()
+    values = np.ascontiguousarray(updates).ravel()
+    dest = dest.ravel()
+    counts = np.bincount(dest, minlength=n_dest)
+    if np.count_nonzero(counts) == 1:
+        slots[int(dest[0])] = (flat, values)
+        return pieces
+    small = dest.astype(np.uint8 if n_dest <= 256 else np.uint16 if n_dest <= 65536 else np.int64)
+    order = np.argsort(small, kind="stable")
+    flat, values = flat[order], values[order]
+    bounds = np.concatenate(([0], np.cumsum(counts)))
+    for k in np.flatnonzero(counts):
+        slots[k] = (flat[bounds[k]:bounds[k + 1]], values[bounds[k]:bounds[k + 1]])
+    return pieces
+
+
+def _coordinate(d: int, shape: tuple) -> np.ndarray:
+    view = [1] * len(shape)
+    view[d] = shape[d]
+    return np.arange(shape[d], dtype=np.int64).reshape(view)
+
+
+def apply_pieces(out, piece_blocks, *, reduction, owned):
+    """Applies routed pieces (in block order) to one output block; see `scatter_fold`."""
+    shape = out.shape
+    dtype = out.dtype
+    fresh = owned
+    in_place = owned and not is_string_dtype(dtype)
+    for block in piece_blocks:
+        piece = block.reshape(-1)[0]
+        if piece is None:
+            continue
+        flat_pos, values = piece
+        if in_place:
+            flat = out.reshape(-1)
+            scatter_elements(flat, flat_pos, values, 0, reduction, out=flat)
+        else:
+            out = scatter_elements(out.reshape(-1), flat_pos, values, 0, reduction).reshape(shape)
+            fresh = True
+            in_place = not is_string_dtype(out.dtype)
+    return out if fresh else _fresh(out, dtype.newbyteorder("="))
+
+
+def gather_whole(indices, data_blocks, *, axis):
+    """GatherElements of one indices block from the data block holding its whole axis."""
+    (data,) = data_blocks
+    return gather_elements(data, indices, axis)
+
+
+def gather_fold(indices, data_blocks, out=None, *, axis, size, starts):
+    """Fills the positions of `out` whose index falls in one of `data_blocks`.
+
+    `starts` are the global axis offsets of `data_blocks`. Every position is filled by exactly
+    one block over the whole chain; `out` is created by the first fold and owned by the chain.
+    """
+    v = indices.astype(np.int64)
+    v += np.where(v < 0, size, 0)
+    if out is None:
+        out = np.empty(indices.shape, data_blocks[0].dtype.newbyteorder("="))
+    for data, start in zip(data_blocks, starts):
+        length = data.shape[axis]
+        hit = (v >= start) & (v < start + length)
+        if not hit.any():
+            continue
+        local = np.where(hit, v - start, 0)
+        np.copyto(out, gather_elements(data, local, axis), where=hit)
+    return out
+
+
+def gather_fold_next(out, indices, data_blocks, *, axis, size, starts):
+    """`gather_fold` for the later links of the chain (argument order of the blockwise call)."""
+    return gather_fold(indices, data_blocks, out, axis=axis, size=size, starts=starts)
