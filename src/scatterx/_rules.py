@@ -156,7 +156,9 @@ def as_updates(updates: object, data: np.ndarray, indices: np.ndarray) -> np.nda
     if isinstance(updates, np.ndarray):
         upd = updates
         same_kind_strings = data.dtype.kind in "US" and upd.dtype.kind == data.dtype.kind
-        if not (same_kind_strings or upd.dtype.newbyteorder("=") == data.dtype):
+        # StringDType has no byte order: only swapped dtypes need newbyteorder.
+        upd_dtype = upd.dtype if upd.dtype.isnative else upd.dtype.newbyteorder("=")
+        if not (same_kind_strings or upd_dtype == data.dtype):
             raise TypeError(
                 f"data and updates must have the same dtype: data is {data.dtype}, updates is {upd.dtype}"
             )
