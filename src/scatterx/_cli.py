@@ -8,6 +8,8 @@ import sys
 import numpy as np
 
 from . import _ops
+from ._bench import add_arguments as _add_bench_arguments
+from ._bench import run as _run_bench
 from ._rules import REDUCTIONS
 
 
@@ -39,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="show ScatterElements and GatherElements on small examples")
     demo.set_defaults(func=_demo)
+    bench = sub.add_parser("bench", help="time scatterx against NumPy, PyTorch and onnxruntime, in one table")
+    _add_bench_arguments(bench)
+    bench.set_defaults(func=_run_bench)
     args = parser.parse_args(argv)
     return args.func(args)
 

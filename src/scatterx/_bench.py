@@ -1,0 +1,606 @@
+"""The engine of ``scatterx bench``: scatterx against its peers, in one table.
+
+For every case (``_bench_cases``) and every implementation (``_bench_peers``) the engine
+checks the result against scatterx's before timing anything, then times a warm-up and at least
+five samples; a sample repeats the call enough times to last `min_time` and reports the time of
+one call; the figure is the median sample. In the same run it measures the copy bandwidth of
+the machine (a large ``np.copyto``) and from it the streaming bound of every case: the time to
+move the bytes the operation must read and write (see ``_bench_cases.moved_bytes``). It also
+shows the peak memory of a scatterx call beyond its output, and the time that ``out=data``
+saves. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ._bench_cases import CASES, Case, build_inputs, moved_bytes, select
+from ._bench_peers import IMPLEMENTATIONS, Impl, Unsupported, _prepare_scatterx
+
+_RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-2, "bfloat16": 8e-2}
+_MEMORY_CASES = ("mp_add", "rows_none", "max0", "hist_add", "mid_mul", "gather_mp", "gather_rows")
+_INPLACE_CASES = ("mp_add", "rows_none", "max0", "hist_add", "mid_mul")
+
+
+@dataclass
+class Settings:
+    quick: bool
+    threads: int
+    repeat: int
+    min_time: float
+
+
+@dataclass
+class Timing:
+    """The median time of one call (seconds) and the samples it is the median of."""
+
+    median: float
+    number: int
+    samples: list[float]
+
+
+@dataclass
+class ImplResult:
+    status: str  # "ok", "skipped", "mismatch" or "error"
+    note: str = ""
+    ms: float | None = None
+    number: int = 0
+    samples_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
+class CaseResult:
+    name: str
+    description: str
+    moved_bytes: int
+    bound_ms: float | None
+    impls: dict[str, ImplResult]
+
+    def peer_best(self) -> tuple[str, float] | None:
+        peers = [(n, r.ms) for n, r in self.impls.items() if n != "scatterx" and r.status == "ok"]
+        return min(peers, key=lambda p: p[1]) if peers else None
+
+    @property
+    def ours(self) -> float | None:
+        r = self.impls.get("scatterx")
+        return r.ms if r is not None and r.status == "ok" else None
+
+    @property
+    def speedup(self) -> float | None:
+        best = self.peer_best()
+        return best[1] / self.ours if best and self.ours else None
+
+    @property
+    def bound_ratio(self) -> float | None:
+        return self.ours / self.bound_ms if self.ours and self.bound_ms else None
+
+    @property
+    def failed(self) -> bool:
+        return any(r.status in ("mismatch", "error") for r in self.impls.values())
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+def _sample(fn, number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return time.perf_counter() - start
+
+
+def time_call(fn, min_time: float, repeat: int) -> Timing:
+    """Median over `repeat` samples of the time of one call of `fn`, after a warm-up.
+
+    The warm-up also calibrates the number of calls per sample, so that a sample lasts at
+    least `min_time` (a 3x3 call is timed over many thousands of calls).
+    """
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        number = 1
+        elapsed = _sample(fn, number)
+        while elapsed < min_time:
+            per_call = max(elapsed / number, 1e-9)
+            number = max(number * 2, min(math.ceil(1.2 * min_time / per_call), number * 100))
+            elapsed = _sample(fn, number)
+        samples = [_sample(fn, number) / number for _ in range(repeat)]
+    finally:
+        if enabled:
+            gc.enable()
+    return Timing(statistics.median(samples), number, samples)
+
+
+def copy_bandwidth(nbytes: int, repeat: int) -> float:
+    """Bytes moved per second (read plus written) by ``np.copyto`` of `nbytes`, median of `repeat`."""
+    src = np.ones(nbytes // 8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - start)
+    return 2 * src.nbytes / statistics.median(times)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind in "fiuV" else a
+
+
+def compare(case: Case, exact: bool, ours: tuple[np.ndarray, ...], theirs: tuple[np.ndarray, ...]) -> str | None:
+    """None when `theirs` agrees with `ours`; otherwise what differs, for the error message."""
+    if len(ours) != len(theirs):
+        return f"{len(theirs)} results instead of {len(ours)}"
+    for k, (a, b) in enumerate(zip(ours, theirs)):
+        which = f"result {k}: " if len(ours) > 1 else ""
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"{which}{b.dtype}{b.shape} instead of {a.dtype}{a.shape}"
+        if exact:
+            differ = _bits(a) != _bits(b)
+        else:
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            rtol = _RTOL[case.dtype]
+            scale = float(np.mean(np.abs(a64[np.isfinite(a64)]))) if a64.size else 0.0
+            differ = ~np.isclose(b64, a64, rtol=rtol, atol=rtol * scale, equal_nan=True)
+        if differ.any():
+            first = np.unravel_index(int(np.argmax(differ)), differ.shape)
+            kind = "bitwise" if exact else f"beyond rtol {_RTOL[case.dtype]}"
+            return (
+                f"{which}{int(differ.sum())} of {differ.size} elements differ {kind}; first at "
+                f"{tuple(int(i) for i in first)}: scatterx {a[first]!r}, peer {b[first]!r}"
+            )
+    return None
+
+
+def run_case(case: Case, impls: list[Impl], settings: Settings, bandwidth: float) -> CaseResult:
+    """Checks and times every implementation on `case` (scatterx first: it is the reference)."""
+    inputs = build_inputs(case, settings.quick)
+    nbytes = moved_bytes(case, inputs)
+    bound_ms = 1e3 * nbytes / bandwidth if case.has_bound else None
+    result = CaseResult(case.name, case.describe(settings.quick), nbytes, bound_ms, {})
+    reference = None
+    for impl in impls:
+        absent = impl.missing()
+        if absent:
+            result.impls[impl.name] = ImplResult("skipped", f"{absent} is not installed")
+            continue
+        try:
+            prepared = impl.prepare(case, inputs, settings.threads)
+            arrays = prepared.to_numpy(prepared.run())
+        except Unsupported as exc:
+            result.impls[impl.name] = ImplResult("skipped", str(exc))
+            continue
+        except Exception as exc:  # a peer failing on a case it claims is a finding, not a skip
+            result.impls[impl.name] = ImplResult("error", f"{type(exc).__name__}: {exc}")
+            _progress(f"    ERROR {impl.name}: {type(exc).__name__}: {exc}")
+            continue
+        if impl.name == "scatterx":
+            reference = arrays
+        elif reference is not None:
+            exact = case.check == "exact" or impl.sequential
+            mismatch = compare(case, exact, reference, arrays)
+            if mismatch:
+                result.impls[impl.name] = ImplResult("mismatch", mismatch)
+                _progress(f"    MISMATCH {impl.name}: {mismatch}")
+                continue
+        del arrays
+        timing = time_call(prepared.run, settings.min_time, settings.repeat)
+        result.impls[impl.name] = ImplResult(
+            "ok", ms=1e3 * timing.median, number=timing.number,
+            samples_ms=[1e3 * s for s in timing.samples],
+        )
+        del prepared
+    return result
+
+
+def inplace_check(case: Case, settings: Settings) -> dict:
+    """Times a scatterx call with a new output, with ``out=data``, and a copy of data alone."""
+    import scatterx as sx
+
+    inputs = build_inputs(case, settings.quick)
+    d, i, u = inputs.data, inputs.indices, inputs.updates
+    expected = sx.scatter_elements(d, i, u, case.axis, case.reduction)
+    buffer = d.copy()
+    got = sx.scatter_elements(buffer, i, u, case.axis, case.reduction, out=buffer)
+    if got is not buffer or not np.array_equal(_bits(got), _bits(expected)):
+        raise AssertionError(f"{case.name}: scatter_elements(out=data) differs from the new-output call")
+    target = np.empty_like(d)
+    times = {
+        "new_output": time_call(lambda: sx.scatter_elements(d, i, u, case.axis, case.reduction), settings.min_time, settings.repeat),
+        "out_data": time_call(lambda: sx.scatter_elements(buffer, i, u, case.axis, case.reduction, out=buffer), settings.min_time, settings.repeat),
+        "copy_data": time_call(lambda: np.copyto(target, d), settings.min_time, settings.repeat),
+    }
+    return {"case": case.name, **{k: 1e3 * t.median for k, t in times.items()}}
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+
+def _status_kib(field_name: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    raise OSError(f"no {field_name} in /proc/self/status")
+
+
+def memory_probe(name: str, quick: bool, threads: int) -> dict:
+    """Peak memory of one scatterx call beyond its output, in this process.
+
+    Two views: NumPy's allocations, which NumPy reports to tracemalloc, and the peak resident
+    set (Linux: ``/proc/self/clear_refs`` resets the peak, ``VmHWM`` reads it), which also sees
+    native allocations. Run it in a fresh process (``_memory_subprocess``).
+    """
+    import tracemalloc
+
+    case = next(c for c in CASES if c.name == name)
+    inputs = build_inputs(case, quick)
+    run = _prepare_scatterx(case, inputs, threads).run
+    output_bytes = sum(a.nbytes for a in _as_arrays(run()))
+    gc.collect()
+    report = {
+        "case": name,
+        "output_bytes": output_bytes,
+        "input_bytes": sum(a.nbytes for a in (inputs.data, inputs.indices, inputs.updates, inputs.grad) if a is not None),
+    }
+    try:
+        before = _status_kib("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        result = run()
+        report["rss_extra_bytes"] = 1024 * (_status_kib("VmHWM") - before) - output_bytes
+        del result
+    except OSError:
+        report["rss_extra_bytes"] = None
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    result = run()
+    report["numpy_extra_bytes"] = tracemalloc.get_traced_memory()[1] - base - output_bytes
+    tracemalloc.stop()
+    del result
+    return report
+
+
+def _as_arrays(result) -> tuple[np.ndarray, ...]:
+    return tuple(result) if isinstance(result, tuple) else (result,)
+
+
+def _memory_subprocess(name: str, quick: bool, threads: int) -> dict:
+    # A fixed mmap threshold makes every large allocation a fresh mapping, so that it shows in
+    # the resident set instead of reusing pages that the input generation freed.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="65536")
+    code = (
+        "import json, sys; from scatterx._bench import memory_probe; "
+        "print(json.dumps(memory_probe(sys.argv[1], sys.argv[2] == 'quick', int(sys.argv[3]))))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, name, "quick" if quick else "full", str(threads)],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"memory probe of {name} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- reporting -------------------------------------------------------------------------------
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if x < 0:
+        return "-" + _fmt(-x, digits)
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(x)))
+    return f"{x:.{decimals}f}"
+
+
+def _cell(r: ImplResult | None) -> str:
+    if r is None:
+        return ""
+    return {"ok": _fmt(r.ms), "skipped": "-", "mismatch": "WRONG", "error": "ERROR"}[r.status]
+
+
+def geometric_mean(values) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def format_table(results: list[CaseResult], names: list[str]) -> str:
+    head = ["case", "operation", *names, "best peer", "speedup", "bound", "x bound"]
+    rows = []
+    for r in results:
+        best = r.peer_best()
+        rows.append([
+            r.name, r.description, *(_cell(r.impls.get(n)) for n in names),
+            best[0] if best else "-",
+            f"{_fmt(r.speedup)}x" if r.speedup else "-",
+            _fmt(r.bound_ms), f"{_fmt(r.bound_ratio)}x" if r.bound_ratio else "-",
+        ])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    left = {0, 1, len(head) - 4}
+
+    def line(cells):
+        return "  ".join(str(c).ljust(w) if k in left else str(c).rjust(w) for k, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def _notes(results: list[CaseResult], names: list[str]) -> list[str]:
+    notes, seen = [], set()
+    for r in results:
+        for name in names:
+            res = r.impls.get(name)
+            if res is None or res.status == "ok":
+                continue
+            if res.note.endswith("is not installed"):
+                key = (name, res.note)
+                if key in seen:
+                    continue
+                seen.add(key)
+                notes.append(f"{name}: {res.note} (its column is empty)")
+            else:
+                notes.append(f"{r.name} / {name}: {res.status}: {res.note}")
+    return notes
+
+
+def format_memory(memory: list[dict]) -> str:
+    lines = [
+        "Peak memory of one scatterx call beyond its output (MB; % of the inputs):",
+        f"  {'case':<12} {'inputs':>9} {'output':>9} {'numpy allocs':>14} {'peak RSS':>16}",
+    ]
+    for m in memory:
+        mb = 1 / 2**20
+        rss = m["rss_extra_bytes"]
+        rss_text = "n/a" if rss is None else f"{rss * mb:.2f} ({100 * rss / m['input_bytes']:.1f}%)"
+        lines.append(
+            f"  {m['case']:<12} {m['input_bytes'] * mb:>9.1f} {m['output_bytes'] * mb:>9.1f} "
+            f"{m['numpy_extra_bytes'] * mb:>14.2f} {rss_text:>16}"
+        )
+    return "\n".join(lines)
+
+
+def format_inplace(inplace: list[dict]) -> str:
+    lines = [
+        "out=data skips the copy of data (ms):",
+        f"  {'case':<12} {'new output':>11} {'out=data':>9} {'saved':>8} {'copy of data':>13}",
+    ]
+    for p in inplace:
+        lines.append(
+            f"  {p['case']:<12} {_fmt(p['new_output']):>11} {_fmt(p['out_data']):>9} "
+            f"{_fmt(p['new_output'] - p['out_data']):>8} {_fmt(p['copy_data']):>13}"
+        )
+    return "\n".join(lines)
+
+
+def plot(results: list[CaseResult], names: list[str], path: str, title: str) -> None:
+    """Horizontal bars: each implementation's time relative to scatterx (log scale), bound marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in results if r.ours]
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(shown) * max(1, len(names) / 3) + 1.5))
+    height = 0.8 / len(names)
+    for k, name in enumerate(names):
+        ys, xs = [], []
+        for row, r in enumerate(shown):
+            res = r.impls.get(name)
+            if res is not None and res.status == "ok":
+                ys.append(row + (k - (len(names) - 1) / 2) * height)
+                xs.append(res.ms / r.ours)
+        ax.barh(ys, xs, height=height, label=name)
+    bounds = [(row, r.bound_ms / r.ours) for row, r in enumerate(shown) if r.bound_ms]
+    if bounds:
+        ax.scatter([b[1] for b in bounds], [b[0] for b in bounds], marker="|", s=300, color="black",
+                   zorder=3, label="streaming bound")
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="gray", linewidth=0.8)
+    ax.set_yticks(range(len(shown)), [r.name for r in shown])
+    ax.invert_yaxis()
+    ax.set_xlabel("time relative to scatterx (log scale; > 1 means slower than scatterx)")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _versions() -> dict:
+    import importlib.metadata
+
+    out = {"python": platform.python_version()}
+    for dist in ("scatterx", "numpy", "ml_dtypes", "torch", "onnxruntime"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``scatterx bench`` (shared with benchmarks/run.py)."""
+    parser.add_argument("--quick", action="store_true", help="smaller arrays and shorter samples (under a minute)")
+    parser.add_argument("--cases", metavar="PATTERNS", help="comma-separated case names or shell patterns, e.g. 'mp_*,tiny_3x3'")
+    parser.add_argument("--peers", metavar="NAMES", help="comma-separated peers to compare (default: all of numpy, torch, onnxruntime)")
+    parser.add_argument("--threads", type=int, metavar="N", help="threads for scatterx, PyTorch and onnxruntime (default: scatterx's)")
+    parser.add_argument("--repeat", type=int, metavar="N", help="samples per figure, at least 5 (default: 7, quick: 5)")
+    parser.add_argument("--json", metavar="FILE", help="write every figure to FILE as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw the table to FILE.png (needs matplotlib)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory and out=data checks")
+    parser.add_argument("--list", action="store_true", help="list the cases and exit")
+
+
+def _implementations(peers: str | None) -> list[Impl]:
+    by_name = {impl.name: impl for impl in IMPLEMENTATIONS}
+    if peers is None:
+        return list(IMPLEMENTATIONS)
+    wanted = [p.strip() for p in peers.split(",") if p.strip()]
+    unknown = [p for p in wanted if p not in by_name or p == "scatterx"]
+    if unknown:
+        choices = ", ".join(n for n in by_name if n != "scatterx")
+        raise ValueError(f"unknown peer(s) {', '.join(unknown)}; choose from {choices}")
+    return [by_name["scatterx"], *(by_name[p] for p in wanted)]
+
+
+def _available_cases() -> list[Case]:
+    import scatterx as sx
+
+    backward = hasattr(sx, "scatter_elements_vjp") and hasattr(sx, "gather_elements_vjp")
+    return [c for c in CASES if backward or not c.op.endswith("_vjp")]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the benchmark that `args` (see `add_arguments`) describe; 1 if a result was wrong."""
+    import scatterx as sx
+
+    available = _available_cases()
+    if args.list:
+        for case in available:
+            print(f"{case.name:<18} {case.describe()}")
+        return 0
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise SystemExit("scatterx bench --plot needs matplotlib: pip install 'scatterx[plot]'") from None
+    cases = select(available, args.cases)
+    impls = _implementations(args.peers)
+    names = [impl.name for impl in impls]
+    if args.repeat is not None and args.repeat < 5:
+        raise SystemExit("--repeat must be at least 5")
+    if args.threads is not None and args.threads < 1:
+        raise SystemExit("--threads must be at least 1")
+    settings = Settings(
+        quick=args.quick,
+        threads=args.threads or sx.get_num_threads(),
+        repeat=args.repeat or (5 if args.quick else 7),
+        min_time=0.01 if args.quick else 0.1,
+    )
+    load_before = _load()
+    started = time.perf_counter()
+    _progress(f"scatterx bench: {len(cases)} cases, {', '.join(names)}, {settings.threads} threads")
+    bandwidth = copy_bandwidth((64 if args.quick else 256) * 2**20, 7)
+    _progress(f"copy bandwidth (np.copyto, read + write): {bandwidth / 1e9:.2f} GB/s")
+
+    results = []
+    for k, case in enumerate(cases, 1):
+        _progress(f"[{k:>2}/{len(cases)}] {case.name}: {case.describe(settings.quick)}")
+        r = run_case(case, impls, settings, bandwidth)
+        results.append(r)
+        parts = [f"{n} {_cell(r.impls[n])}" for n in names]
+        tail = f" -> {_fmt(r.speedup)}x best peer" if r.speedup else ""
+        tail += f", {_fmt(r.bound_ratio)}x bound" if r.bound_ratio else ""
+        _progress("        " + " | ".join(parts) + tail)
+
+    memory, inplace = [], []
+    if not args.no_memory:
+        chosen = {c.name for c in cases}
+        for name in (n for n in _MEMORY_CASES if n in chosen):
+            _progress(f"memory: {name}")
+            memory.append(_memory_subprocess(name, settings.quick, settings.threads))
+        for case in (c for c in cases if c.name in _INPLACE_CASES):
+            _progress(f"out=data: {case.name}")
+            inplace.append(inplace_check(case, settings))
+
+    speedups = [r.speedup for r in results if r.speedup and not r.failed]
+    geomean = geometric_mean(speedups)
+    header = (
+        f"scatterx bench{' --quick' if args.quick else ''}: {settings.threads} threads, "
+        f"copy bandwidth {bandwidth / 1e9:.2f} GB/s, ms per call (median of {settings.repeat}), "
+        f"{_cpu_model()}, {os.cpu_count()} CPUs, load {load_before} -> {_load()}"
+    )
+    print(header)
+    print(format_table(results, names))
+    print(f"geometric mean speedup over the best peer: {_fmt(geomean)}x ({len(speedups)} cases)")
+    notes = _notes(results, names)
+    if notes:
+        print("notes:")
+        for note in notes:
+            print(f"  {note}")
+    if memory:
+        print(format_memory(memory))
+    if inplace:
+        print(format_inplace(inplace))
+    failures = [r.name for r in results if r.failed]
+    _progress(f"done in {time.perf_counter() - started:.0f} s")
+
+    if args.json:
+        payload = {
+            "settings": asdict(settings),
+            "machine": {"cpu": _cpu_model(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                        "load_before": load_before, "load_after": _load()},
+            "versions": _versions(),
+            "copy_bandwidth_bytes_per_s": bandwidth,
+            "cases": [
+                {**{k: v for k, v in asdict(r).items()}, "speedup": r.speedup, "bound_ratio": r.bound_ratio,
+                 "best_peer": r.peer_best()[0] if r.peer_best() else None}
+                for r in results
+            ],
+            "geometric_mean_speedup": geomean,
+            "memory": memory,
+            "inplace": inplace,
+            "failures": failures,
+        }
+        with open(args.json, "w") as f:
+            json.dump(payload, f, indent=1)
+    if args.plot:
+        plot(results, names, args.plot, header.split(", ms per")[0])
+    if failures:
+        print(f"FAILED: results differ from scatterx's in {', '.join(failures)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m scatterx._bench`` / benchmarks/run.py: the same options as ``scatterx bench``."""
+    parser = argparse.ArgumentParser(prog="scatterx bench", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

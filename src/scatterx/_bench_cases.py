@@ -1,0 +1,236 @@
+"""The cases of ``scatterx bench``: the SPEC section 8 matrix, as data.
+
+A case names an operation (forward scatter or gather, or the backward of either), a family of
+input shapes, a dtype, an index dtype, and how strictly peers must agree with scatterx. Every
+implementation in ``_bench_peers`` runs every case it defines; the engine in ``_bench`` times
+them. Inputs are generated from a fixed seed, so every run measures the same arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+OPS = ("scatter", "gather", "scatter_vjp", "gather_vjp")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A shape of the benchmark matrix and how its indices and values are drawn.
+
+    `index_kind` is one of "expanded" (one random target per leading row, repeated along the
+    inner dimension: the index of message passing), "unique" (distinct targets within each
+    fiber), "random" (uniform, duplicates allowed) or "literal" (the 3x3 call). `values` is
+    "normal" or "near_one" (updates close to 1, so that products stay finite).
+    """
+
+    key: str
+    data_shape: tuple[int, ...]
+    index_shape: tuple[int, ...]
+    quick_data_shape: tuple[int, ...]
+    quick_index_shape: tuple[int, ...]
+    axis: int
+    index_kind: str
+    values: str = "normal"
+
+
+FAMILIES = {
+    f.key: f
+    for f in (
+        Family("mp", (50_000, 64), (400_000, 64), (6_250, 64), (50_000, 64), 0, "expanded"),
+        Family("rows", (4096, 1024), (4096, 256), (512, 1024), (512, 256), 1, "unique"),
+        Family("max0", (100_000, 32), (200_000, 32), (12_500, 32), (25_000, 32), 0, "random"),
+        Family("hist", (100_000,), (10_000_000,), (100_000,), (1_000_000,), 0, "random"),
+        Family("mid", (64, 512, 128), (64, 256, 128), (8, 512, 128), (8, 256, 128), 1, "random", "near_one"),
+        Family("tiny", (3, 3), (2, 3), (3, 3), (2, 3), 0, "literal"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the benchmark table.
+
+    `check` is "exact" (peers must agree bit for bit) or "close" (peers may add or multiply in
+    another order than the sequential one that scatterx follows); an implementation that
+    applies updates sequentially (NumPy's ``ufunc.at``) is always held to "exact".
+    """
+
+    name: str
+    op: str
+    family: str
+    reduction: str = "none"
+    dtype: str = "float32"
+    index_dtype: str = "int64"
+    check: str = "exact"
+
+    @property
+    def axis(self) -> int:
+        return FAMILIES[self.family].axis
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(ml_dtypes.bfloat16) if self.dtype == "bfloat16" else np.dtype(self.dtype)
+
+    @property
+    def has_bound(self) -> bool:
+        """Whether the streaming bound means something (not for a latency case)."""
+        return self.family != "tiny"
+
+    def shapes(self, quick: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(data shape, indices shape)."""
+        fam = FAMILIES[self.family]
+        if quick:
+            return fam.quick_data_shape, fam.quick_index_shape
+        return fam.data_shape, fam.index_shape
+
+    def describe(self, quick: bool = False) -> str:
+        """A short human description, e.g. ``add 50000x64 <- 400000x64 float32 int64 axis 0``."""
+        dshape, ishape = self.shapes(quick)
+        what = {
+            "scatter": self.reduction,
+            "gather": "gather",
+            "scatter_vjp": f"d/{self.reduction}",
+            "gather_vjp": "d/gather",
+        }[self.op]
+        dims = "x".join(map(str, dshape)), "x".join(map(str, ishape))
+        return f"{what} {dims[0]} <- {dims[1]} {self.dtype} {self.index_dtype} axis {self.axis}"
+
+
+def _case_list() -> tuple[Case, ...]:
+    scatter = [
+        Case("mp_add", "scatter", "mp", "add", check="close"),
+        Case("rows_none", "scatter", "rows"),
+        Case("max0", "scatter", "max0", "max"),
+        Case("hist_add", "scatter", "hist", "add", "float64", check="close"),
+        Case("mid_mul", "scatter", "mid", "mul", check="close"),
+        Case("tiny_3x3", "scatter", "tiny"),
+        Case("mp_add_f16", "scatter", "mp", "add", "float16", check="close"),
+        Case("mp_add_bf16", "scatter", "mp", "add", "bfloat16", check="close"),
+        Case("rows_none_f16", "scatter", "rows", dtype="float16"),
+        Case("rows_none_bf16", "scatter", "rows", dtype="bfloat16"),
+        Case("max0_f16", "scatter", "max0", "max", "float16"),
+        Case("max0_bf16", "scatter", "max0", "max", "bfloat16"),
+        Case("mp_add_i32", "scatter", "mp", "add", index_dtype="int32", check="close"),
+        Case("rows_none_i32", "scatter", "rows", index_dtype="int32"),
+        Case("max0_i32", "scatter", "max0", "max", index_dtype="int32"),
+        Case("hist_add_i32", "scatter", "hist", "add", "float64", "int32", check="close"),
+    ]
+    gather = [
+        Case("gather_mp", "gather", "mp"),
+        Case("gather_rows", "gather", "rows"),
+        Case("gather_max0", "gather", "max0"),
+        Case("gather_hist", "gather", "hist", dtype="float64"),
+        Case("gather_mid", "gather", "mid"),
+        Case("gather_3x3", "gather", "tiny"),
+        Case("gather_rows_f16", "gather", "rows", dtype="float16"),
+        Case("gather_rows_bf16", "gather", "rows", dtype="bfloat16"),
+        Case("gather_mp_i32", "gather", "mp", index_dtype="int32"),
+    ]
+    backward = [
+        Case("vjp_none", "scatter_vjp", "rows", "none"),
+        Case("vjp_add", "scatter_vjp", "mp", "add"),
+        Case("vjp_mul", "scatter_vjp", "mid", "mul", check="close"),
+        Case("vjp_max", "scatter_vjp", "max0", "max", check="close"),
+        Case("vjp_min", "scatter_vjp", "max0", "min", check="close"),
+        Case("vjp_gather", "gather_vjp", "mp", check="close"),
+    ]
+    return tuple(scatter + gather + backward)
+
+
+CASES: tuple[Case, ...] = _case_list()
+
+
+@dataclass
+class Inputs:
+    """The arrays of one case; `grad` is the incoming gradient of a backward case."""
+
+    data: np.ndarray
+    indices: np.ndarray
+    updates: np.ndarray | None = None
+    grad: np.ndarray | None = None
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return self.indices.shape if self.updates is None else self.data.shape
+
+
+def _indices(fam: Family, dshape, ishape, rng: np.random.Generator) -> np.ndarray:
+    size = dshape[fam.axis]
+    if fam.index_kind == "literal":
+        return np.array([[1, 0, 2], [0, 2, 1]])
+    if fam.index_kind == "expanded":
+        rows = rng.integers(0, size, ishape[0])
+        return np.ascontiguousarray(np.broadcast_to(rows.reshape((-1,) + (1,) * (len(ishape) - 1)), ishape))
+    if fam.index_kind == "unique":
+        # Distinct targets per fiber: a random permutation of each fiber, cut to length.
+        moved = ishape[: fam.axis] + ishape[fam.axis + 1 :] + (size,)
+        perm = rng.permuted(np.broadcast_to(np.arange(size), moved), axis=-1)[..., : ishape[fam.axis]]
+        return np.ascontiguousarray(np.moveaxis(perm, -1, fam.axis))
+    return rng.integers(0, size, ishape)
+
+
+def _values(kind: str, shape, dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+    if kind == "near_one":
+        return rng.uniform(0.9, 1.1, shape).astype(dtype)
+    return rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+
+
+def build_inputs(case: Case, quick: bool = False, seed: int = 0) -> Inputs:
+    """The arrays of `case`, C-contiguous, drawn from `seed`."""
+    fam = FAMILIES[case.family]
+    dshape, ishape = case.shapes(quick)
+    rng = np.random.default_rng(seed)
+    dtype = case.np_dtype
+    indices = _indices(fam, dshape, ishape, rng).astype(case.index_dtype)
+    if fam.index_kind == "literal":
+        data = np.arange(math.prod(dshape), dtype=np.float32).reshape(dshape).astype(dtype)
+        updates = (np.array([[1.0, 1.1, 1.2], [2.0, 2.1, 2.2]], np.float32)).astype(dtype)
+    else:
+        data = _values("normal", dshape, dtype, rng)
+        updates = _values(fam.values, ishape, dtype, rng)
+    if case.op == "scatter":
+        return Inputs(data, indices, updates)
+    if case.op == "gather":
+        return Inputs(data, indices)
+    if case.op == "scatter_vjp":
+        return Inputs(data, indices, updates, _values("normal", dshape, dtype, rng))
+    return Inputs(data, indices, None, _values("normal", ishape, dtype, rng))
+
+
+def moved_bytes(case: Case, inputs: Inputs) -> int:
+    """The fewest bytes the operation must read and write: what the streaming bound streams.
+
+    Scatter: data read, result written, indices and updates read (2*data + indices + updates).
+    Gather: data, indices and the result. A backward case reads the incoming gradient, the
+    indices and (for mul, max, min) data and updates, and writes its gradients.
+    """
+    d, i = inputs.data.nbytes, inputs.indices.nbytes
+    item = inputs.data.dtype.itemsize
+    out_of_indices = inputs.indices.size * item
+    if case.op == "scatter":
+        return 2 * d + i + inputs.updates.nbytes
+    if case.op == "gather":
+        return d + i + out_of_indices
+    if case.op == "gather_vjp":
+        return out_of_indices + i + d
+    u = inputs.updates.nbytes
+    needs_values = case.reduction in ("mul", "max", "min")
+    return d + i + (d + u if needs_values else 0) + d + u
+
+
+def select(cases, patterns: str | None) -> list[Case]:
+    """The cases whose name matches one of the comma-separated shell patterns (all if None)."""
+    import fnmatch
+
+    if not patterns:
+        return list(cases)
+    wanted = [p.strip() for p in patterns.split(",") if p.strip()]
+    chosen = [c for c in cases if any(fnmatch.fnmatchcase(c.name, p) for p in wanted)]
+    if not chosen:
+        names = ", ".join(c.name for c in cases)
+        raise ValueError(f"no case matches {patterns!r}; the cases are: {names}")
+    return chosen

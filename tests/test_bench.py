@@ -1,0 +1,130 @@
+"""Smoke tests of ``scatterx bench``: the table is produced and the correctness check bites.
+
+No timing is asserted: the machine is shared. The expected values come from the cases' own
+definitions (shapes) and from deliberately wrong peers.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from scatterx import _bench
+from scatterx._bench_cases import CASES, build_inputs, moved_bytes
+from scatterx._bench_peers import IMPLEMENTATIONS, Impl, Prepared, Unsupported
+
+SETTINGS = _bench.Settings(quick=True, threads=1, repeat=5, min_time=0.001)
+TINY = next(c for c in CASES if c.name == "tiny_3x3")
+SCATTERX = next(i for i in IMPLEMENTATIONS if i.name == "scatterx")
+
+
+def _fake(name, transform):
+    """A peer that returns scatterx's result passed through `transform`."""
+
+    def prepare(case, inputs, threads):
+        base = SCATTERX.prepare(case, inputs, threads)
+        return Prepared(lambda: transform(base.run()), lambda r: (r,))
+
+    return Impl(name, prepare)
+
+
+def test_quick_run_prints_the_table_and_writes_json(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    rc = _bench.main(["--quick", "--cases", "tiny_3x3,gather_3x3", "--no-memory", "--json", str(path)])
+    out = capsys.readouterr()
+    assert rc == 0
+    assert "geometric mean speedup over the best peer" in out.out
+    lines = out.out.splitlines()
+    assert any(line.startswith("tiny_3x3 ") for line in lines)
+    assert any(line.startswith("gather_3x3 ") for line in lines)
+    assert "[ 1/2] tiny_3x3" in out.err  # progress goes to stderr
+    report = json.loads(path.read_text())
+    assert [c["name"] for c in report["cases"]] == ["tiny_3x3", "gather_3x3"]
+    for case in report["cases"]:
+        ours = case["impls"]["scatterx"]
+        assert ours["status"] == "ok" and ours["ms"] > 0 and len(ours["samples_ms"]) == 5
+        assert case["impls"]["numpy"]["status"] == "ok"
+    assert report["copy_bandwidth_bytes_per_s"] > 0
+    assert report["failures"] == []
+
+
+def test_a_wrong_peer_is_reported_not_timed():
+    def off_by_one_ulp(result):
+        wrong = result.copy()
+        wrong[0, 0] = np.nextafter(wrong[0, 0], np.inf)
+        return wrong
+
+    impls = [SCATTERX, _fake("wrong", off_by_one_ulp), _fake("right", np.copy)]
+    result = _bench.run_case(TINY, impls, SETTINGS, bandwidth=1e9)
+    assert result.impls["wrong"].status == "mismatch"
+    assert "1 of 9 elements differ bitwise" in result.impls["wrong"].note
+    assert result.impls["wrong"].ms is None
+    assert result.impls["right"].status == "ok"
+    assert result.failed
+
+
+def test_the_cli_exits_nonzero_on_a_mismatch(monkeypatch, capsys):
+    liar = _fake("liar", lambda r: r + 1)
+    monkeypatch.setattr(_bench, "IMPLEMENTATIONS", (SCATTERX, liar))
+    rc = _bench.main(["--quick", "--cases", "tiny_3x3", "--peers", "liar", "--no-memory"])
+    out = capsys.readouterr()
+    assert rc == 1
+    assert "WRONG" in out.out and "FAILED" in out.err
+
+
+def test_close_cases_tolerate_reordering_but_exact_ones_do_not():
+    add = next(c for c in CASES if c.name == "mp_add")
+    ours = (np.array([1.0, 2.0, 3.0], np.float32),)
+    reordered = (np.nextafter(ours[0], np.float32(np.inf)),)
+    assert _bench.compare(add, False, ours, reordered) is None
+    assert _bench.compare(add, True, ours, reordered) is not None
+    assert _bench.compare(add, False, ours, (ours[0] + 1,)) is not None
+
+
+def test_an_unsupported_case_becomes_a_note():
+    def prepare(case, inputs, threads):
+        raise Unsupported("no such kernel")
+
+    result = _bench.run_case(TINY, [SCATTERX, Impl("partial", prepare)], SETTINGS, bandwidth=1e9)
+    assert result.impls["partial"].status == "skipped"
+    assert result.speedup is None and not result.failed
+    assert "tiny_3x3 / partial: skipped: no such kernel" in _bench._notes([result], ["scatterx", "partial"])
+
+
+def test_moved_bytes_is_the_streaming_formula():
+    case = next(c for c in CASES if c.name == "max0")
+    inputs = build_inputs(case, quick=True)
+    data, idx = 12_500 * 32 * 4, 25_000 * 32 * 8
+    assert moved_bytes(case, inputs) == 2 * data + idx + 25_000 * 32 * 4
+
+
+def test_inputs_follow_the_case_definitions():
+    rows = build_inputs(next(c for c in CASES if c.name == "rows_none_i32"), quick=True)
+    assert rows.indices.dtype == np.int32 and rows.indices.shape == (512, 256)
+    assert all(len(set(row)) == 256 for row in rows.indices.tolist())  # unique targets per row
+    mp = build_inputs(next(c for c in CASES if c.name == "mp_add_bf16"), quick=True)
+    assert mp.data.dtype.name == "bfloat16"
+    assert (mp.indices == mp.indices[:, :1]).all()  # expanded: constant along each row
+
+
+def test_memory_probe_sees_no_allocation_beyond_the_output():
+    report = _bench._memory_subprocess("rows_none", quick=True, threads=1)
+    assert report["output_bytes"] == 512 * 1024 * 4
+    assert report["numpy_extra_bytes"] <= 0.05 * report["input_bytes"]
+
+
+def test_plot_needs_matplotlib(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(SystemExit, match=r"pip install 'scatterx\[plot\]'"):
+        _bench.main(["--quick", "--cases", "tiny_3x3", "--plot", str(tmp_path / "p.png")])
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "bench.png"
+    rc = _bench.main(["--quick", "--cases", "tiny_3x3", "--peers", "numpy", "--no-memory", "--plot", str(path)])
+    assert rc == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
