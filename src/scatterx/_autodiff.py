@@ -1,0 +1,385 @@
+"""Reverse-mode rules (VJPs) of ScatterElements and GatherElements, SPEC section 5.
+
+Each rule is split in two pure steps, like a JAX primitive: ``scatter_residuals`` keeps what the
+backward pass needs from the forward pass, and ``scatter_backward`` turns a cotangent and those
+residuals into input gradients. The nodes (``_node``), the torch bridge and the ONNX training
+session call these steps; ``scatter_elements_vjp`` chains them.
+
+Every rule is built from the native forward kernels (scatter and gather over fibers) plus
+whole-array NumPy operations, so no Python loop runs over elements:
+
+- none: the last writer of each target comes from scattering the update positions
+  ``arange(n)`` with reduction "none" (the last writer wins by definition) and comparing the
+  gathered winner with each position;
+- mul: the products of the other updates of a target come from segmented prefix and suffix
+  products (log-step scans) over the updates grouped by target with one sort, never from a
+  division, so zeros and duplicates are exact;
+- max/min: the ties are counted with a scatter "add" of the tie masks.
+
+float16 and bfloat16 gradients are computed in float32 and rounded once at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _kernels
+from ._rules import (
+    GatherCall,
+    ScatterCall,
+    dtype_category,
+    gather_call,
+    native,
+    scatter_call,
+)
+
+_HALF = ("float16", "bfloat16")
+_NEEDS_DATA = ("mul",)
+_TIE_REDUCTIONS = ("max", "min")
+
+
+def check_differentiable(dtype: np.dtype, op: str = "ScatterElements") -> None:
+    """TypeError unless `dtype` has gradients (float16, bfloat16, float32, float64, complex)."""
+    category = dtype_category(np.dtype(dtype))
+    if category not in ("float", "complex"):
+        raise TypeError(
+            f"{op} with dtype {np.dtype(dtype)} is not differentiable "
+            "(gradients exist for float16, bfloat16, float32, float64, and complex types)"
+        )
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype the gradient arithmetic runs in: float32 for the half types, else `dtype`."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.name in _HALF else dtype
+
+
+def _cotangent(grad_output, shape: tuple, dtype: np.dtype, what: str) -> np.ndarray:
+    """grad_output as an array of `dtype` and exactly `shape` (real into complex is allowed)."""
+    g = np.asarray(grad_output)
+    if g.shape != tuple(shape):
+        raise ValueError(f"grad_output must have the shape of {what} {tuple(shape)}, got {g.shape}")
+    if g.dtype != dtype:
+        g_category = dtype_category(g.dtype) if g.dtype.kind not in "iub" else "int"
+        target = dtype_category(dtype)
+        if g_category not in ("float", "complex") or (g_category == "complex" and target != "complex"):
+            raise TypeError(f"grad_output has dtype {g.dtype}, which cannot be cast to {what}'s dtype {dtype}")
+        g = g.astype(dtype)
+    return native(g)
+
+
+def _scatter(data, indices, updates, axis, reduction, out=None) -> np.ndarray:
+    """The native scatter on arrays that are already valid (no re-validation)."""
+    return _kernels.scatter(ScatterCall(data, indices, updates, axis, reduction), out)
+
+
+def _gather(data, indices, axis) -> np.ndarray:
+    return _kernels.gather(GatherCall(data, indices, axis), None)
+
+
+def _positions(shape: tuple) -> np.ndarray:
+    """Row-major positions ``0..n-1`` in `shape`, in the narrowest native index type."""
+    n = int(np.prod(shape, dtype=np.int64))
+    dtype = np.int32 if n < 2**31 else np.int64
+    return np.arange(n, dtype=dtype).reshape(shape)
+
+
+def _has_nan(x: np.ndarray) -> bool:
+    if x.size == 0 or x.dtype.kind == "c":
+        return False
+    with np.errstate(invalid="ignore"):
+        return bool(np.isnan(np.min(x)))
+
+
+def _same(a: np.ndarray, y: np.ndarray, nan: bool) -> np.ndarray:
+    """Tie mask: ``a == y``, where NaN counts as equal to NaN when `nan` is set."""
+    eq = a == y
+    if nan:
+        eq |= np.isnan(a) & np.isnan(y)
+    return eq
+
+
+@dataclass(frozen=True, eq=False)
+class ScatterResiduals:
+    """What the backward of one ScatterElements call needs (SPEC section 5).
+
+    Attributes
+    ----------
+    reduction, axis, data_shape, dtype
+        The call's attributes; ``axis`` is normalised.
+    indices : ndarray
+        Always kept (int32 or int64, the validated indices).
+    data, updates : ndarray or None
+        Kept for "mul" only: dU needs ``D[t(k)]`` and the products of the other updates.
+    data_ties, update_ties : ndarray of bool or None
+        Kept for "max"/"min" only: which data elements and which updates equal the result
+        (NaN equal to NaN where the result is NaN). One byte per element instead of data,
+        updates and output.
+    """
+
+    reduction: str
+    axis: int
+    data_shape: tuple
+    dtype: np.dtype
+    indices: np.ndarray
+    data: np.ndarray | None = None
+    updates: np.ndarray | None = None
+    data_ties: np.ndarray | None = None
+    update_ties: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays these residuals keep alive."""
+        arrays = (self.indices, self.data, self.updates, self.data_ties, self.update_ties)
+        return sum(a.nbytes for a in arrays if a is not None)
+
+
+def scatter_residuals(call: ScatterCall, output: np.ndarray | None = None) -> ScatterResiduals:
+    """Residuals of a validated, differentiable scatter call.
+
+    `output` is the forward result; "max"/"min" need it and recompute it when it is None.
+    The arrays are kept by reference: they must not be modified before the backward pass.
+    """
+    check_differentiable(call.data.dtype)
+    base = dict(
+        reduction=call.reduction, axis=call.axis, data_shape=call.data.shape,
+        dtype=call.data.dtype, indices=call.indices,
+    )
+    if call.reduction in _NEEDS_DATA:
+        return ScatterResiduals(**base, data=call.data, updates=call.updates)
+    if call.reduction in _TIE_REDUCTIONS:
+        y = _kernels.scatter(call, None) if output is None else output
+        nan = _has_nan(y)
+        data_ties = _same(call.data, y, nan)
+        update_ties = _same(call.updates, _gather(y, call.indices, call.axis), nan)
+        return ScatterResiduals(**base, data_ties=data_ties, update_ties=update_ties)
+    return ScatterResiduals(**base)
+
+
+def scatter_backward(res: ScatterResiduals, grad_output, scale: float = 1.0):
+    """``(grad_data, grad_updates)`` of a scatter from its residuals, each multiplied by `scale`.
+
+    Both results are new C-contiguous arrays of data's dtype.
+    """
+    g = _cotangent(grad_output, res.data_shape, res.dtype, "data")
+    rule = _BACKWARD[res.reduction]
+    cdt = compute_dtype(res.dtype)
+    grad_data, grad_updates = rule(res, g, cdt)
+    return _finish(grad_data, res.dtype, scale), _finish(grad_updates, res.dtype, scale)
+
+
+def _finish(grad: np.ndarray, dtype: np.dtype, scale: float) -> np.ndarray:
+    """Applies `scale` in the compute dtype and rounds to `dtype` once."""
+    if scale != 1.0:
+        if grad.dtype != compute_dtype(dtype):
+            grad = grad.astype(compute_dtype(dtype))
+        grad *= grad.dtype.type(scale)
+    if grad.dtype != dtype:
+        grad = grad.astype(dtype)
+    return grad
+
+
+def _backward_none(res: ScatterResiduals, g: np.ndarray, cdt):
+    idx, axis = res.indices, res.axis
+    zero = np.zeros((), g.dtype)
+    # Written positions of data lose their gradient: the same scatter as the forward, with zeros.
+    grad_data = _scatter(g, idx, np.broadcast_to(zero, idx.shape), axis, "none")
+    pos = _positions(idx.shape)
+    winner = np.full(res.data_shape, -1, pos.dtype)
+    _scatter(winner, idx, pos, axis, "none", out=winner)
+    is_last = _gather(winner, idx, axis) == pos
+    grad_updates = _gather(g, idx, axis)
+    np.copyto(grad_updates, zero, where=~is_last)
+    return grad_data, grad_updates
+
+
+def _backward_add(res: ScatterResiduals, g: np.ndarray, cdt):
+    return g.copy(), _gather(g, res.indices, res.axis)
+
+
+def _backward_mul(res: ScatterResiduals, g: np.ndarray, cdt):
+    idx, axis = res.indices, res.axis
+    gc = g.astype(cdt, copy=False)
+    d = res.data.astype(cdt, copy=False)
+    u = res.updates.astype(cdt, copy=False)
+    conj = np.conj if cdt.kind == "c" else (lambda x: x)
+    product = _scatter(np.ones(res.data_shape, cdt), idx, u, axis, "mul")
+    grad_data = gc * conj(product)
+    grad_updates = _gather(gc * conj(d), idx, axis)
+    others = exclusive_products(idx, u, axis, res.data_shape)
+    if others is not None:
+        grad_updates *= conj(others)
+    return grad_data, grad_updates
+
+
+def _backward_extremum(res: ScatterResiduals, g: np.ndarray, cdt):
+    idx, axis = res.indices, res.axis
+    gc = g.astype(cdt, copy=False)
+    ties = _scatter(res.data_ties.astype(cdt), idx, res.update_ties.astype(cdt), axis, "add")
+    share = np.divide(gc, ties, out=ties)
+    zero = np.zeros((), cdt)
+    grad_data = np.where(res.data_ties, share, zero)
+    grad_updates = _gather(share, idx, axis)
+    np.copyto(grad_updates, zero, where=~res.update_ties)
+    return grad_data, grad_updates
+
+
+_BACKWARD = {
+    "none": _backward_none,
+    "add": _backward_add,
+    "mul": _backward_mul,
+    "max": _backward_extremum,
+    "min": _backward_extremum,
+}
+
+
+def exclusive_products(indices: np.ndarray, updates: np.ndarray, axis: int, data_shape: tuple):
+    """For every update, the product of the other updates to its target, without division.
+
+    Returns None when no target receives two updates (every product is then 1). Otherwise the
+    updates that share a target are grouped by one sort of the keys ``target * m + rank`` (unique,
+    so the fast unstable sort keeps row-major order within a target), and segmented prefix and
+    suffix products (log-step scans) give each update the product of those before and after it.
+    """
+    counts = _scatter(
+        np.zeros(data_shape, np.int32), indices, np.broadcast_to(np.int32(1), indices.shape), axis, "add"
+    )
+    shared = _gather(counts, indices, axis) > 1
+    if not shared.any():
+        return None
+    members = np.flatnonzero(shared)
+    size = int(np.prod(data_shape, dtype=np.int64))
+    flat = np.arange(size, dtype=np.int64).reshape(data_shape)
+    targets = _gather(flat, indices, axis).ravel()[members]
+    m = members.size
+    if size < (2**63 - 1) // max(m, 1):
+        keys = targets * m + np.arange(m, dtype=np.int64)
+        keys.sort()
+        targets, order = np.divmod(keys, m)
+    else:
+        order = np.argsort(targets, kind="stable")
+        targets = targets[order]
+    members = members[order]
+    values = np.ascontiguousarray(updates).ravel()[members]
+    starts = np.flatnonzero(np.r_[True, targets[1:] != targets[:-1]])
+    lengths = np.diff(np.r_[starts, m])
+    segment = np.repeat(np.arange(starts.size), lengths)
+    rank = np.arange(m) - starts[segment]
+    rank_from_end = lengths[segment] - 1 - rank
+    longest = int(lengths.max())
+    before = _segmented_cumprod(values, rank, longest)
+    after = _segmented_cumprod(values[::-1], rank_from_end[::-1], longest)[::-1]
+    one = np.ones((), values.dtype)
+    others = np.where(rank > 0, np.r_[one[None], before[:-1]], one)
+    others *= np.where(rank_from_end > 0, np.r_[after[1:], one[None]], one)
+    result = np.ones(indices.size, values.dtype)
+    result[members] = others
+    return result.reshape(indices.shape)
+
+
+def _segmented_cumprod(values: np.ndarray, rank: np.ndarray, longest: int) -> np.ndarray:
+    """Inclusive running products within segments; ``rank`` = distance from the segment start.
+
+    Hillis-Steele doubling: after the step of width s, each element holds the product of up to 2s
+    elements that end at it, never crossing its segment start.
+    """
+    x = values.copy()
+    step = 1
+    while step < longest:
+        np.copyto(x[step:], x[step:] * x[:-step], where=rank[step:] >= step)
+        step *= 2
+    return x
+
+
+def scatter_elements_vjp(grad_output, data, indices, updates, axis=0, reduction="none"):
+    """Gradients of ``scatter_elements(data, indices, updates, axis, reduction)``.
+
+    Parameters
+    ----------
+    grad_output : array_like
+        The cotangent ``G = dL/dY``, shape of `data`; a real or complex float array (cast to
+        data's dtype).
+    data, indices, updates, axis, reduction
+        As for `scatter_elements`. `data` and `updates` must be float16, bfloat16, float32,
+        float64, or complex (complex for "none", "add", "mul").
+
+    Returns
+    -------
+    grad_data, grad_updates : ndarray
+        ``dL/dD`` (shape of data) and ``dL/dU`` (shape of indices), of data's dtype. Indices get
+        no gradient.
+
+    Notes
+    -----
+    With ``t(k)`` the target of update ``k`` and ``S(p)`` the updates that target ``p``:
+
+    - "none": ``dD[p] = G[p]`` if no update targets ``p``, else 0; ``dU[k] = G[t(k)]`` if ``k``
+      is the last writer of ``t(k)`` in row-major order, else 0 (the overwritten updates have no
+      effect on the output, so their gradient is 0).
+    - "add": ``dD = G``; ``dU[k] = G[t(k)]``.
+    - "mul": ``dD[p] = G[p] * prod(U[S(p)])``; ``dU[k] = G[t(k)] * D[t(k)] * prod(U[j] for j in
+      S(t(k)), j != k)``, computed without division, so exact with zeros and duplicates.
+      Complex types follow PyTorch: the gradient is G times the conjugate of the other factors.
+    - "max"/"min": data always takes part; the ``n(p)`` participants equal to ``Y[p]`` share
+      ``G[p]`` evenly, the others get 0. Where ``Y[p]`` is NaN the NaN participants are the ties.
+
+    float16 and bfloat16 are computed in float32 and rounded once.
+
+    Raises
+    ------
+    TypeError
+        Integer, bool or string data ("not differentiable"), or a grad_output that cannot be cast.
+    ValueError, IndexError
+        As for `scatter_elements`, and a grad_output of the wrong shape.
+    """
+    dtype = np.asarray(data).dtype
+    check_differentiable(dtype)
+    call = scatter_call(data, indices, updates, axis, reduction)
+    return scatter_backward(scatter_residuals(call), grad_output)
+
+
+def gather_backward(grad_output, data_shape: tuple, dtype, indices: np.ndarray, axis: int,
+                    scale: float = 1.0) -> np.ndarray:
+    """``dL/dD`` of a validated gather: scatter-add of the cotangent into zeros of data's shape."""
+    g = _cotangent(grad_output, indices.shape, np.dtype(dtype), "indices")
+    cdt = compute_dtype(dtype)
+    grad = np.zeros(data_shape, cdt)
+    _scatter(grad, indices, g.astype(cdt, copy=False), axis, "add", out=grad)
+    return _finish(grad, np.dtype(dtype), scale)
+
+
+def gather_elements_vjp(grad_output, data_shape, indices, axis=0) -> np.ndarray:
+    """Gradient of ``gather_elements(data, indices, axis)`` with respect to data.
+
+    Parameters
+    ----------
+    grad_output : array_like
+        The cotangent ``G = dL/dY``, shape of `indices`; float16, bfloat16, float32, float64 or
+        complex. Its dtype is the dtype of the result.
+    data_shape : tuple of int
+        The shape of the gathered data.
+    indices : array_like of integers
+        As for `gather_elements` (checked against `data_shape`).
+    axis : int, default 0
+
+    Returns
+    -------
+    ndarray
+        ``dD``, shape `data_shape`: ``G`` scatter-added into zeros, so an element gathered several
+        times accumulates all its gradients (float16/bfloat16 accumulate in float32).
+
+    Raises
+    ------
+    TypeError
+        A grad_output of integer, bool or string dtype ("not differentiable").
+    ValueError, IndexError
+        As for `gather_elements`, and a grad_output whose shape is not that of indices.
+    """
+    g = np.asarray(grad_output)
+    check_differentiable(g.dtype, "GatherElements")
+    shape = tuple(int(s) for s in data_shape)
+    call = gather_call(np.broadcast_to(np.zeros((), g.dtype), shape), indices, axis)
+    return gather_backward(g, shape, g.dtype, call.indices, call.axis)
+
