@@ -100,28 +100,39 @@ int64_t first_bad_index(nb::handle indices, int64_t size) {
     return bad;
 }
 
+// Releases the GIL only when the work is large enough to pay for it.
+class MaybeRelease {
+  public:
+    explicit MaybeRelease(bool release) : state_(release ? PyEval_SaveThread() : nullptr) {}
+    ~MaybeRelease() {
+        if (state_) PyEval_RestoreThread(state_);
+    }
+    MaybeRelease(const MaybeRelease&) = delete;
+    MaybeRelease& operator=(const MaybeRelease&) = delete;
+
+  private:
+    PyThreadState* state_;
+};
+
+bool worth_releasing(const View& a, const View& b) {
+    return volume(a.shape, a.ndim) + volume(b.shape, b.ndim) >= 4096;
+}
+
 // Scatters into `out`. Returns -1, or the flat position of the first out-of-bounds index. With
 // copy=True, data is first copied into out. With precheck=True every index is checked before
 // anything is written (out keeps its contents on error); with precheck=False the check is fused
 // into the scatter (for a fresh output that the caller discards on error).
-int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, nb::handle out_h,
-                int axis, int reduction, int type_code, bool copy, bool precheck) {
-    View data = view(data_h, "data"), idx = view(indices_h, "indices");
-    View upd = view(updates_h, "updates"), out = view(out_h, "out", true);
-    check_geometry(data, idx, axis);
-    const int64_t itemsize = type_itemsize(type_code);
-    if (!same_shape(idx, upd) || !same_shape(data, out) || data.itemsize != itemsize ||
-        upd.itemsize != itemsize || out.itemsize != itemsize)
-        throw std::invalid_argument("scatterx._core: shape or element size mismatch");
+int64_t run_scatter(const View& data, const View& idx, const View& upd, const View& out, int axis,
+                    int reduction, int type_code, bool copy, bool precheck) {
     int64_t bad = -1;
     dispatch_index(int(idx.itemsize), [&](auto it) {
         using I = typename decltype(it)::type;
-        nb::gil_scoped_release release;
+        MaybeRelease release(worth_releasing(data, idx));
         if (precheck) {
             bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, data.shape[axis]);
             if (bad >= 0) return;
         }
-        if (copy) copy_strided(out.data, out.strides, data.data, data.strides, data.shape, data.ndim, itemsize);
+        if (copy) copy_strided(out.data, out.strides, data.data, data.strides, data.shape, data.ndim, data.itemsize);
         Geometry g = make_geometry(idx.shape, idx.ndim, axis, out.strides, idx.strides, upd.strides,
                                    out.shape[axis]);
         dispatch_type(type_code, element_types{}, [&](auto tt) {
@@ -140,17 +151,25 @@ int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, n
     return bad;
 }
 
+int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, nb::handle out_h,
+                int axis, int reduction, int type_code, bool copy, bool precheck) {
+    View data = view(data_h, "data"), idx = view(indices_h, "indices");
+    View upd = view(updates_h, "updates"), out = view(out_h, "out", true);
+    check_geometry(data, idx, axis);
+    const int64_t itemsize = type_itemsize(type_code);
+    if (!same_shape(idx, upd) || !same_shape(data, out) || data.itemsize != itemsize ||
+        upd.itemsize != itemsize || out.itemsize != itemsize)
+        throw std::invalid_argument("scatterx._core: shape or element size mismatch");
+    return run_scatter(data, idx, upd, out, axis, reduction, type_code, copy, precheck);
+}
+
 // Gathers into `out` (shape of indices). Returns -1 or the first bad flat position; with
 // precheck=True nothing is written in that case.
-int64_t gather(nb::handle data_h, nb::handle indices_h, nb::handle out_h, int axis, bool precheck) {
-    View data = view(data_h, "data"), idx = view(indices_h, "indices"), out = view(out_h, "out", true);
-    check_geometry(data, idx, axis);
-    if (!same_shape(idx, out) || out.itemsize != data.itemsize)
-        throw std::invalid_argument("scatterx._core: shape or element size mismatch");
+int64_t run_gather(const View& data, const View& idx, const View& out, int axis, bool precheck) {
     int64_t bad = -1;
     dispatch_index(int(idx.itemsize), [&](auto it) {
         using I = typename decltype(it)::type;
-        nb::gil_scoped_release release;
+        MaybeRelease release(worth_releasing(idx, idx));
         if (precheck) {
             bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, data.shape[axis]);
             if (bad >= 0) return;
@@ -171,6 +190,112 @@ int64_t gather(nb::handle data_h, nb::handle indices_h, nb::handle out_h, int ax
     return bad;
 }
 
+int64_t gather(nb::handle data_h, nb::handle indices_h, nb::handle out_h, int axis, bool precheck) {
+    View data = view(data_h, "data"), idx = view(indices_h, "indices"), out = view(out_h, "out", true);
+    check_geometry(data, idx, axis);
+    if (!same_shape(idx, out) || out.itemsize != data.itemsize)
+        throw std::invalid_argument("scatterx._core: shape or element size mismatch");
+    return run_gather(data, idx, out, axis, precheck);
+}
+
+// ---- The short path: everything validated here for the common case, or None to fall back to
+// the Python layer (which then validates fully and raises the precise error). ----
+
+int bfloat16_type_num = -1;
+
+template <class T> constexpr char numpy_kind() {
+    if constexpr (std::is_same_v<T, bool>) return 'b';
+    else if constexpr (std::is_integral_v<T>) return std::is_signed_v<T> ? 'i' : 'u';
+    else if constexpr (is_complex_v<T>) return 'c';
+    else if constexpr (std::is_same_v<T, bfloat16>) return 'V';
+    else return 'f';
+}
+
+template <class... Ts> int code_of(char kind, int64_t size, type_list<Ts...>) {
+    int i = 0, found = -1;
+    ((found < 0 && numpy_kind<Ts>() == kind && int64_t(sizeof(Ts)) == size ? found = i : 0, ++i), ...);
+    return found;
+}
+
+// The native type code of an array, or -1 (unknown type, swapped bytes, unaligned).
+int fast_type_code(PyArrayObject* a) {
+    if (!PyArray_ISNOTSWAPPED(a) || !PyArray_ISALIGNED(a)) return -1;
+    PyArray_Descr* d = PyArray_DESCR(a);
+    if (d->type_num == bfloat16_type_num) return code_of('V', 2, element_types{});
+    if (d->type_num >= NPY_NTYPES_LEGACY || d->kind == 'V') return -1;
+    return code_of(d->kind, PyArray_ITEMSIZE(a), element_types{});
+}
+
+int fast_reduction(nb::handle r) {
+    if (!PyUnicode_Check(r.ptr())) return -1;
+    for (int i = 0; i < 5; ++i)
+        if (PyUnicode_CompareWithASCIIString(r.ptr(), reduction_names[i]) == 0) return i;
+    return -1;
+}
+
+bool fast_supported(int code, int reduction) {
+    bool ok = false;
+    dispatch_type(code, element_types{}, [&](auto tt) {
+        using T = typename decltype(tt)::type;
+        dispatch_reduction(reduction, [&](auto rr) { ok = supported_v<T, decltype(rr)::value>; });
+    });
+    return ok;
+}
+
+// Returns a normalised axis, or -1 when the short path does not apply.
+int fast_geometry(PyArrayObject* data, PyArrayObject* idx, nb::handle axis_h) {
+    if (!PyLong_CheckExact(axis_h.ptr())) return -1;
+    const long axis_raw = PyLong_AsLong(axis_h.ptr());
+    if (axis_raw == -1 && PyErr_Occurred()) { PyErr_Clear(); return -1; }
+    const int nd = PyArray_NDIM(data);
+    if (nd < 1 || nd > kMaxDims || PyArray_NDIM(idx) != nd || axis_raw < -nd || axis_raw >= nd) return -1;
+    const int axis = int(axis_raw < 0 ? axis_raw + nd : axis_raw);
+    if (PyArray_DESCR(idx)->kind != 'i' || (PyArray_ITEMSIZE(idx) != 4 && PyArray_ITEMSIZE(idx) != 8) ||
+        !PyArray_ISNOTSWAPPED(idx) || !PyArray_ISALIGNED(idx))
+        return -1;
+    for (int d = 0; d < nd; ++d)
+        if (d != axis && PyArray_DIMS(idx)[d] > PyArray_DIMS(data)[d]) return -1;
+    return axis;
+}
+
+nb::object scatter_fast(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, nb::handle axis_h,
+                        nb::handle reduction_h) {
+    if (!PyArray_Check(data_h.ptr()) || !PyArray_Check(indices_h.ptr()) || !PyArray_Check(updates_h.ptr()))
+        return nb::none();
+    auto* data = reinterpret_cast<PyArrayObject*>(data_h.ptr());
+    auto* idx = reinterpret_cast<PyArrayObject*>(indices_h.ptr());
+    auto* upd = reinterpret_cast<PyArrayObject*>(updates_h.ptr());
+    const int code = fast_type_code(data), reduction = fast_reduction(reduction_h);
+    if (code < 0 || reduction < 0 || fast_type_code(upd) != code || !fast_supported(code, reduction))
+        return nb::none();
+    const int axis = fast_geometry(data, idx, axis_h);
+    if (axis < 0 || !PyArray_SAMESHAPE(idx, upd)) return nb::none();
+    PyArray_Descr* descr = PyArray_DESCR(data);
+    Py_INCREF(descr);
+    nb::object out = nb::steal(PyArray_Empty(PyArray_NDIM(data), PyArray_DIMS(data), descr, 0));
+    if (!out.is_valid()) throw nb::python_error();
+    View vd = view(data_h, "data"), vi = view(indices_h, "indices"), vu = view(updates_h, "updates");
+    View vo = view(out, "out", true);
+    if (run_scatter(vd, vi, vu, vo, axis, reduction, code, true, false) >= 0) return nb::none();
+    return out;
+}
+
+nb::object gather_fast(nb::handle data_h, nb::handle indices_h, nb::handle axis_h) {
+    if (!PyArray_Check(data_h.ptr()) || !PyArray_Check(indices_h.ptr())) return nb::none();
+    auto* data = reinterpret_cast<PyArrayObject*>(data_h.ptr());
+    auto* idx = reinterpret_cast<PyArrayObject*>(indices_h.ptr());
+    if (fast_type_code(data) < 0) return nb::none();
+    const int axis = fast_geometry(data, idx, axis_h);
+    if (axis < 0) return nb::none();
+    PyArray_Descr* descr = PyArray_DESCR(data);
+    Py_INCREF(descr);
+    nb::object out = nb::steal(PyArray_Empty(PyArray_NDIM(idx), PyArray_DIMS(idx), descr, 0));
+    if (!out.is_valid()) throw nb::python_error();
+    View vd = view(data_h, "data"), vi = view(indices_h, "indices"), vo = view(out, "out", true);
+    if (run_gather(vd, vi, vo, axis, false) >= 0) return nb::none();
+    return out;
+}
+
 int import_numpy() {
     import_array1(-1);
     return 0;
@@ -188,6 +313,10 @@ NB_MODULE(_core, m) {
           nb::arg("precheck"));
     m.def("gather", &gather, nb::arg("data"), nb::arg("indices"), nb::arg("out"), nb::arg("axis"),
           nb::arg("precheck"));
+    m.def("scatter_fast", &scatter_fast, nb::arg("data"), nb::arg("indices"), nb::arg("updates"),
+          nb::arg("axis"), nb::arg("reduction"));
+    m.def("gather_fast", &gather_fast, nb::arg("data"), nb::arg("indices"), nb::arg("axis"));
+    m.def("set_bfloat16_type", [](int num) { bfloat16_type_num = num; }, nb::arg("type_num"));
     m.def("first_bad_index", &first_bad_index, nb::arg("indices"), nb::arg("size"));
     m.def("set_num_threads", [](int n) { ThreadPool::instance().set_num_threads(n); }, nb::arg("n"));
     m.def("get_num_threads", [] { return ThreadPool::instance().num_threads(); });

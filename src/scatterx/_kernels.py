@@ -6,13 +6,15 @@ written, so an error leaves ``out`` untouched.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from . import _core
 from ._rules import NATIVE_DTYPES, GatherCall, ScatterCall, is_string_dtype, raise_out_of_bounds
 
-_TYPE_CODES = {dt: _core.element_types.index(name) for dt, name in zip(NATIVE_DTYPES, _core.element_types)}
+_TYPE_CODES = {dt: code for code, dt in enumerate(NATIVE_DTYPES)}
 _REDUCTION_CODES = {name: i for i, name in enumerate(_core.reductions)}
+_core.set_bfloat16_type(np.dtype(ml_dtypes.bfloat16).num)
 
 
 def check_bounds(indices: np.ndarray, axis: int, size: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _kernels
+from . import _core, _kernels
 from ._rules import check_out, gather_call, is_string_dtype, scatter_call
 
 
@@ -61,6 +61,11 @@ def scatter_elements(data, indices, updates, axis=0, reduction="none", *, out=No
 
     Nothing is written when an error is raised, also when ``out`` is `data`.
     """
+    if out is None:
+        # The short path validates the common case natively; None means "not that case".
+        result = _core.scatter_fast(data, indices, updates, axis, reduction)
+        if result is not None:
+            return result
     call = scatter_call(data, indices, updates, axis, reduction)
     if out is not None and not is_string_dtype(call.data.dtype):
         check_out(out, call.data.shape, call.data.dtype)
@@ -93,6 +98,10 @@ def gather_elements(data, indices, axis=0, *, out=None) -> np.ndarray:
     IndexError, ValueError, TypeError
         As for `scatter_elements`; nothing is written to `out` on error.
     """
+    if out is None:
+        result = _core.gather_fast(data, indices, axis)
+        if result is not None:
+            return result
     call = gather_call(data, indices, axis)
     if out is not None:
         check_out(out, call.indices.shape, call.data.dtype)

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from . import _core
+
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 
-_NATIVE_NAMES = (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-)
+# The native element types, in the order of the core's one type list (their type codes).
 NATIVE_DTYPES = tuple(
-    np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name) for name in _NATIVE_NAMES
+    np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name) for name in _core.element_types
 )
 FLOAT_DTYPES = tuple(np.dtype(n) for n in ("float16", "float32", "float64")) + (
     np.dtype(ml_dtypes.bfloat16),
