@@ -97,8 +97,9 @@ def to_onnx(graph: Graph, *, check: bool = True) -> onnx.ModelProto:
         opsets.pop("ai.onnx", None)
         opsets[""] = default_opset(graph)
     opset_ids = [helper.make_opsetid(d, v) for d, v in sorted(opsets.items())]
-    inputs = [_value_info(t) for t in graph.inputs]
-    outputs = [_value_info(t) for t in graph.outputs]
+    declared = imported.types if imported is not None else {}
+    inputs = [_value_info(t, declared) for t in graph.inputs]
+    outputs = [_value_info(t, declared) for t in graph.outputs]
     initializers = [numpy_helper.from_array(np.asarray(a), n) for n, a in graph._initializers.items()]
     nodes = [n.proto for n in graph._nodes]
     g = helper.make_graph(
@@ -132,7 +133,10 @@ def to_onnx(graph: Graph, *, check: bool = True) -> onnx.ModelProto:
     return model
 
 
-def _value_info(t: Tensor) -> onnx.ValueInfoProto:
+def _value_info(t: Tensor, declared: dict[str, onnx.TypeProto]) -> onnx.ValueInfoProto:
+    """The model's own declaration where it has one (also sequences, maps, optionals)."""
+    if t.name in declared:
+        return helper.make_value_info(t.name, declared[t.name])
     return value_info(t.name, t.dtype, t.shape)
 
 
@@ -272,6 +276,7 @@ def from_onnx(model_or_path: object) -> Graph:
         model_version=model.model_version,
         doc_string=model.doc_string,
         graph_doc_string=gp.doc_string,
+        types={vi.name: vi.type for vi in list(gp.input) + list(gp.output) if vi.type.WhichOneof("value")},
     )
     for vi in gp.input:
         dtype, shape = types.get(vi.name, (None, None))

@@ -65,6 +65,8 @@ class Imported:
     model_version: int = 0
     doc_string: str = ""
     graph_doc_string: str = ""
+    # The declared types of the model's inputs and outputs.
+    types: dict[str, onnx.TypeProto] = field(default_factory=dict)
 
 
 def _fmt(shape: Shape | None) -> str:
@@ -446,7 +448,8 @@ class Graph:
                 raise type(e)(f"node {node!r} ({op_type}): {e}") from None
             operands: list[Tensor | None] = []
             for k, value in enumerate(inputs):
-                operands.append(None if value is None or value == "" else self._operand(node, op_type, f"input{k}", value))
+                absent = value is None or (isinstance(value, str) and not value)
+                operands.append(None if absent else self._operand(node, op_type, f"input{k}", value))
             try:
                 proto = helper.make_node(
                     op_type, ["" if t is None else t.name for t in operands], names, name=node, **attributes
