@@ -21,11 +21,14 @@ def _targets(indices: np.ndarray, data_shape: tuple, axis: int) -> np.ndarray:
     bad = _core.first_bad_index(indices, size)
     if bad >= 0:
         raise_out_of_bounds(indices, bad, axis, size)
-    coords = list(np.indices(indices.shape, sparse=True))
     idx = indices.astype(np.int64)
-    coords[axis] = np.where(idx < 0, idx + size, idx)
-    coords = np.broadcast_arrays(*coords)
-    return np.ravel_multi_index(coords, data_shape).ravel()
+    # Summed by broadcasting ufuncs, not np.broadcast_arrays / np.ravel_multi_index: those stop
+    # at 32 dimensions, NumPy arrays go to 64.
+    flat = np.where(idx < 0, idx + size, idx) * int(np.prod(data_shape[axis + 1 :], dtype=np.int64))
+    for d, coord in enumerate(np.indices(indices.shape, sparse=True)):
+        if d != axis:
+            flat = flat + coord * int(np.prod(data_shape[d + 1 :], dtype=np.int64))
+    return flat.ravel()
 
 
 def _check_elements(values, reduction: str) -> None:
