@@ -38,6 +38,8 @@ from ._rules import (
 _HALF = ("float16", "bfloat16")
 _NEEDS_DATA = ("mul",)
 _TIE_REDUCTIONS = ("max", "min")
+# Keys target * m + rank must fit in int64; past that the grouping falls back to a stable argsort.
+_KEY_LIMIT = 2**63 - 1
 
 
 def check_differentiable(dtype: np.dtype, op: str = "ScatterElements") -> None:
@@ -254,7 +256,7 @@ def exclusive_products(indices: np.ndarray, updates: np.ndarray, axis: int, data
     flat = np.arange(size, dtype=np.int64).reshape(data_shape)
     targets = _gather(flat, indices, axis).ravel()[members]
     m = members.size
-    if size < (2**63 - 1) // max(m, 1):
+    if size < _KEY_LIMIT // max(m, 1):
         keys = targets * m + np.arange(m, dtype=np.int64)
         keys.sort()
         targets, order = np.divmod(keys, m)

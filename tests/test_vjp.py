@@ -1,0 +1,396 @@
+"""scatter_elements_vjp and gather_elements_vjp against independent sources (SPEC section 5).
+
+Sources: central finite differences of the forward kernels (float64, generic points), tables
+computed by hand, a brute-force loop for the products of the other updates, and PyTorch autograd
+where PyTorch is exact. Where PyTorch's rules differ from ours, the difference is written down
+as data (``TORCH_DIVERGENCES``) and checked to be exactly that.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import scatterx as sx
+from scatterx import _autodiff
+
+torch = pytest.importorskip("torch")
+
+REDUCTIONS = ("none", "add", "mul", "max", "min")
+BF16 = np.dtype(ml_dtypes.bfloat16)
+TORCH_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+
+
+# -- finite differences --------------------------------------------------------------------------
+
+
+def _loss(g, y):
+    """L = Re(sum(conj(G) * Y)): its cotangent with respect to Y is G (PyTorch's convention)."""
+    return float(np.real(np.sum(np.conj(g) * y)))
+
+
+def _numeric_grad(f, x, g, eps=1e-6):
+    """dL/dx by central differences; for complex x, dL/dRe + i dL/dIm (PyTorch's convention)."""
+    grad = np.zeros_like(x)
+    flat, out = x.reshape(-1), grad.reshape(-1)
+    directions = (1.0, 1j) if x.dtype.kind == "c" else (1.0,)
+    for k in range(flat.size):
+        for direction in directions:
+            keep = flat[k]
+            flat[k] = keep + eps * direction
+            up = _loss(g, f())
+            flat[k] = keep - eps * direction
+            down = _loss(g, f())
+            flat[k] = keep
+            out[k] += (up - down) / (2 * eps) * (1 if direction == 1.0 else 1j)
+    return grad
+
+
+def _generic_case(reduction, rng, dtype=np.float64, *, data_shape=(4, 3, 5), index_shape=(3, 3, 4),
+                  axis=1):
+    """Random data, updates and indices (negative ones included) with no ties for max/min.
+
+    Duplicate targets are allowed: none is linear in the updates and max/min have distinct values,
+    so the loss is smooth at these points.
+    """
+    size = data_shape[axis]
+    indices = rng.integers(-size, size, index_shape)
+    data = rng.standard_normal(data_shape)
+    updates = rng.standard_normal(index_shape)
+    if reduction == "mul":
+        updates = rng.uniform(0.5, 1.5, index_shape) * rng.choice([-1, 1], index_shape)
+    if np.dtype(dtype).kind == "c":
+        data = data + 1j * rng.standard_normal(data_shape)
+        updates = updates + 1j * rng.standard_normal(index_shape)
+    return data.astype(dtype), indices, updates.astype(dtype)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_finite_differences_float64(reduction, axis):
+    rng = np.random.default_rng(10 + axis)
+    data_shape, index_shape = (4, 3, 5), [3, 3, 4]
+    index_shape[axis] = 6  # more updates than positions along the axis: duplicates
+    d, i, u = _generic_case(reduction, rng, data_shape=data_shape, index_shape=tuple(index_shape), axis=axis)
+    g = rng.standard_normal(data_shape)
+    gd, gu = sx.scatter_elements_vjp(g, d, i, u, axis, reduction)
+    nd = _numeric_grad(lambda: sx.scatter_elements(d, i, u, axis, reduction), d, g)
+    nu = _numeric_grad(lambda: sx.scatter_elements(d, i, u, axis, reduction), u, g)
+    np.testing.assert_allclose(gd, nd, rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(gu, nu, rtol=1e-7, atol=1e-8)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul"])
+def test_finite_differences_complex128(reduction):
+    rng = np.random.default_rng(3)
+    d, i, u = _generic_case(reduction, rng, np.complex128, data_shape=(3, 4), index_shape=(5, 4), axis=0)
+    g = rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4))
+    gd, gu = sx.scatter_elements_vjp(g, d, i, u, 0, reduction)
+    nd = _numeric_grad(lambda: sx.scatter_elements(d, i, u, 0, reduction), d, g)
+    nu = _numeric_grad(lambda: sx.scatter_elements(d, i, u, 0, reduction), u, g)
+    np.testing.assert_allclose(gd, nd, rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(gu, nu, rtol=1e-7, atol=1e-8)
+
+
+def test_gather_finite_differences():
+    rng = np.random.default_rng(4)
+    d = rng.standard_normal((4, 5))
+    i = rng.integers(-5, 5, (4, 7))
+    g = rng.standard_normal((4, 7))
+    nd = _numeric_grad(lambda: sx.gather_elements(d, i, 1), d, g)
+    np.testing.assert_allclose(sx.gather_elements_vjp(g, d.shape, i, 1), nd, rtol=1e-7, atol=1e-8)
+
+
+# -- hand-computed corners -----------------------------------------------------------------------
+
+# 1-D cases along axis 0: (reduction, data, indices, updates, G, expected dD, expected dU).
+# G holds distinct powers of ten so that every expected entry says where its gradient came from.
+NAN = np.nan
+CORNERS = {
+    # Target 0 is written by updates 0, 2, 3: only update 3 (the last) counts. Target 2: update 1.
+    "none-duplicates": ("none", [10, 20, 30], [0, 2, 0, 0], [1, 2, 3, 4], [1, 10, 100],
+                        [0, 10, 0], [0, 100, 0, 1]),
+    "none-negative-index": ("none", [10, 20, 30], [-1, 2], [1, 2], [1, 10, 100],
+                            [1, 10, 0], [0, 100]),
+    "add-duplicates": ("add", [10, 20, 30], [0, 2, 0, 0], [1, 2, 3, 4], [1, 10, 100],
+                       [1, 10, 100], [1, 100, 1, 1]),
+    # Target 0: data 2, updates (0, 4): one zero. Target 1: data 3, updates (0, 0, 7): two zeros,
+    # every partial has a zero factor. Target 2: data 0, update 5.
+    "mul-zeros": ("mul", [2, 3, 0], [0, 0, 1, 1, 1, 2], [0, 4, 0, 0, 7, 5], [1, 10, 100],
+                  [0, 0, 500], [8, 0, 0, 0, 0, 0]),
+    # Target 0: data 2, updates (3, 0, 5): only the zero gets a nonzero gradient, 2*3*5.
+    "mul-single-zero": ("mul", [2, 1], [0, 0, 0], [3, 0, 5], [1, 10],
+                        [0, 10], [0, 30, 0]),
+    "mul-duplicates": ("mul", [2, 1], [0, 1, 0, 0], [3, 4, 5, 7], [1, 10],
+                       [105, 40], [70, 10, 42, 30]),
+    # Target 0: data 1 < updates (3, 3): the two updates tie. Target 1: data 5 = update 5.
+    # Target 2: data 2 = update 2 > 1. Target 3: untouched, data alone.
+    "max-ties": ("max", [1, 5, 2, 4], [0, 0, 1, 2, 2], [3, 3, 5, 2, 1], [2, 10, 100, 1000],
+                 [0, 5, 50, 1000], [1, 1, 5, 50, 0]),
+    "min-ties": ("min", [9, 5, 2, 4], [0, 0, 1, 2, 2], [3, 3, 5, 2, 7], [2, 10, 100, 1000],
+                 [0, 5, 50, 1000], [1, 1, 5, 50, 0]),
+    # Three-way tie with data: each of the three gets a third.
+    "max-three-way": ("max", [6], [0, 0], [6, 6], [3], [1], [1, 1]),
+    # Target 0: data NaN alone. Target 1: two NaN updates tie, data 1 loses. Target 2: no NaN.
+    "max-nan": ("max", [NAN, 1, 2], [0, 1, 1, 2], [1, NAN, NAN, 3], [2, 10, 100],
+                [2, 0, 0], [0, 5, 5, 100]),
+    "min-nan": ("min", [NAN, 1, 2], [0, 1, 1, 2], [1, NAN, NAN, 0], [2, 10, 100],
+                [2, 0, 0], [0, 5, 5, 100]),
+    # NaN in data and in one update: the two NaNs share.
+    "max-nan-with-data": ("max", [NAN], [0, 0], [NAN, 7], [4], [2], [2, 0]),
+    # Signed zeros compare equal: a tie.
+    "max-signed-zero": ("max", [0.0], [0], [-0.0], [4], [2], [2]),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, BF16])
+@pytest.mark.parametrize("case", CORNERS, ids=str)
+def test_corner_table(case, dtype):
+    reduction, d, i, u, g, want_d, want_u = CORNERS[case]
+    d, u, g = (np.array(x, dtype) for x in (d, u, g))
+    gd, gu = sx.scatter_elements_vjp(g, d, np.array(i), u, 0, reduction)
+    assert gd.dtype == gu.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(gd.astype(np.float64), want_d)
+    np.testing.assert_array_equal(gu.astype(np.float64), want_u)
+
+
+def test_none_duplicates_along_inner_axis():
+    """Axis 1 of a 2-D array: duplicates are resolved per row, in row-major order."""
+    d = np.zeros((2, 3))
+    i = np.array([[2, 2, 0, 2], [1, 1, 1, 0]])
+    g = np.array([[1.0, 2, 3], [4, 5, 6]])
+    gd, gu = sx.scatter_elements_vjp(g, d, i, np.ones((2, 4)), 1, "none")
+    np.testing.assert_array_equal(gd, [[0, 2, 0], [0, 0, 6]])
+    np.testing.assert_array_equal(gu, [[0, 0, 1, 3], [0, 0, 5, 4]])
+
+
+def test_complex_mul_uses_conjugates():
+    """dU = G * conj(D * other updates), dD = G * conj(product of updates) (PyTorch's convention)."""
+    d = np.array([1 + 2j])
+    u = np.array([2 - 1j, 1j])
+    g = np.array([3 + 0j])
+    gd, gu = sx.scatter_elements_vjp(g, d, [0, 0], u, 0, "mul")
+    np.testing.assert_allclose(gd, [3 * np.conj((2 - 1j) * 1j)])
+    np.testing.assert_allclose(gu, [3 * np.conj((1 + 2j) * 1j), 3 * np.conj((1 + 2j) * (2 - 1j))])
+
+
+def test_gather_duplicates_accumulate():
+    g = np.array([[1.0, 10], [100, 1000], [10000, 100000]])
+    i = np.array([[0, 1], [0, 1], [1, 1]])
+    np.testing.assert_array_equal(sx.gather_elements_vjp(g, (2, 2), i, 0), [[101, 0], [10000, 101010]])
+
+
+def test_half_gather_accumulates_in_float32():
+    """4096 ones: float16 stops counting at 2048 step by step; float32 then rounding gives 4096."""
+    g = np.ones(4096, np.float16)
+    assert sx.gather_elements_vjp(g, (1,), np.zeros(4096, np.int64), 0)[0] == 4096
+
+
+# -- the products of the other updates -----------------------------------------------------------
+
+
+def _brute_force_others(indices, updates, axis, data_shape):
+    """Loop over every pair of updates: the product of the others with the same target."""
+    idx = np.asarray(indices) % data_shape[axis]
+    positions = list(np.ndindex(*idx.shape))
+    targets = [p[:axis] + (int(idx[p]),) + p[axis + 1 :] for p in positions]
+    out = np.ones(idx.shape, updates.dtype)
+    for p, t in zip(positions, targets):
+        for q, s in zip(positions, targets):
+            if q != p and s == t:
+                out[p] *= updates[q]
+    return out
+
+
+@pytest.mark.parametrize("fallback", [False, True], ids=["sorted-keys", "stable-argsort"])
+def test_exclusive_products_against_brute_force(fallback, monkeypatch):
+    if fallback:
+        monkeypatch.setattr(_autodiff, "_KEY_LIMIT", 1)
+    rng = np.random.default_rng(5)
+    idx = rng.integers(0, 3, (2, 17, 3))  # up to ~12 updates per target: several scan steps
+    upd = rng.choice([0.0, 0.5, -2.0, 3.0, 1.5], idx.shape)
+    got = _autodiff.exclusive_products(idx, upd, 1, (2, 3, 3))
+    np.testing.assert_array_equal(got, _brute_force_others(idx, upd, 1, (2, 3, 3)))
+
+
+def test_exclusive_products_without_shared_targets_is_none():
+    assert _autodiff.exclusive_products(np.array([[0, 1], [1, 0]]), np.ones((2, 2)), 0, (2, 2)) is None
+
+
+# -- PyTorch where it is exact -------------------------------------------------------------------
+
+
+def _torch_vjp(g, d, i, u, axis, reduction):
+    td = torch.tensor(d, requires_grad=True)
+    tu = torch.tensor(u, requires_grad=True)
+    ti = torch.tensor(np.asarray(i) % d.shape[axis])
+    if reduction == "none":
+        y = torch.scatter(td, axis, ti, tu)
+    else:
+        y = torch.scatter_reduce(td, axis, ti, tu, TORCH_REDUCE[reduction], include_self=True)
+    gd, gu = torch.autograd.grad(y, (td, tu), torch.tensor(g))
+    return gd.numpy(), gu.numpy()
+
+
+def _unique_indices(rng, size, index_shape, axis):
+    """Distinct targets within every fiber (no duplicates)."""
+    moved = tuple(n for d, n in enumerate(index_shape) if d != axis) + (size,)
+    perm = rng.permuted(np.broadcast_to(np.arange(size), moved), axis=-1)[..., : index_shape[axis]]
+    return np.ascontiguousarray(np.moveaxis(perm, -1, axis))
+
+
+@pytest.mark.parametrize("reduction", ["add", "mul", "max", "min", "none"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_agrees_with_torch_without_duplicates(reduction, dtype):
+    rng = np.random.default_rng(6)
+    d = rng.standard_normal((5, 6, 4)).astype(dtype)
+    i = _unique_indices(rng, 6, (5, 4, 4), 1)
+    u = rng.standard_normal((5, 4, 4)).astype(dtype)
+    if reduction in ("max", "min"):
+        u[:, :2] = np.take_along_axis(d, i[:, :2], 1)  # ties with data
+    if reduction == "mul":
+        u[0, 0, 0] = 0.0  # a single zero per target is what PyTorch handles exactly
+    g = rng.standard_normal((5, 6, 4)).astype(dtype)
+    ours = sx.scatter_elements_vjp(g, d, i, u, 1, reduction)
+    theirs = _torch_vjp(g, d, i, u, 1, reduction)
+    tol = dict(rtol=1e-5 if dtype == np.float32 else 1e-12, atol=0)
+    for a, b in zip(ours, theirs):
+        if reduction == "mul":
+            np.testing.assert_allclose(a, b, **tol)  # PyTorch divides: not bitwise
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("reduction", ["add", "max", "min"])
+def test_agrees_with_torch_with_duplicates(reduction):
+    """add, and max/min with ties split evenly: PyTorch is exact here too."""
+    rng = np.random.default_rng(7)
+    d = rng.integers(-3, 3, (6, 5)).astype(np.float64)  # small integers: many ties
+    i = rng.integers(-6, 6, (20, 5))
+    u = rng.integers(-3, 3, (20, 5)).astype(np.float64)
+    g = rng.standard_normal((6, 5))
+    for a, b in zip(sx.scatter_elements_vjp(g, d, i, u, 0, reduction), _torch_vjp(g, d, i, u, 0, reduction)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_gather_agrees_with_torch():
+    rng = np.random.default_rng(8)
+    d = rng.standard_normal((6, 5))
+    i = rng.integers(0, 5, (6, 9))
+    g = rng.standard_normal((6, 9))
+    td = torch.tensor(d, requires_grad=True)
+    (want,) = torch.autograd.grad(torch.gather(td, 1, torch.tensor(i)), td, torch.tensor(g))
+    np.testing.assert_allclose(sx.gather_elements_vjp(g, d.shape, i, 1), want.numpy(), rtol=1e-15)
+
+
+# Where PyTorch's gradient is not the derivative of the function it computes, as data:
+# (reduction, data, indices, updates, G) -> (our dU, PyTorch's dU). With "none", PyTorch sends
+# G to every duplicate although only the last reaches the output; its data gradient agrees.
+TORCH_DIVERGENCES = {
+    "none-duplicates": (("none", [0.0, 0.0], [1, 1, 0, 1], [1.0, 2, 3, 4], [10.0, 100]),
+                        ([0, 0, 10, 100], [100, 100, 10, 100])),
+}
+
+
+@pytest.mark.parametrize("case", TORCH_DIVERGENCES)
+def test_known_torch_divergences(case):
+    (reduction, d, i, u, g), (ours, torchs) = TORCH_DIVERGENCES[case]
+    d, u, g = np.array(d), np.array(u), np.array(g)
+    our_d, our_u = sx.scatter_elements_vjp(g, d, i, u, 0, reduction)
+    torch_d, torch_u = _torch_vjp(g, d, i, u, 0, reduction)
+    np.testing.assert_array_equal(our_u, ours)
+    np.testing.assert_array_equal(torch_u, torchs)
+    np.testing.assert_array_equal(our_d, torch_d)
+
+
+# -- types, layouts, shapes, errors --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32])
+def test_low_precision_matches_float64_rounded(reduction, dtype):
+    """Computed in float32 and rounded once: within one rounding of the float64 gradient."""
+    rng = np.random.default_rng(9)
+    d, i, u = _generic_case(reduction, rng, data_shape=(6, 5), index_shape=(4, 5), axis=0)
+    d, u = d.astype(dtype), u.astype(dtype)
+    g = rng.standard_normal((6, 5)).astype(dtype)
+    got = sx.scatter_elements_vjp(g, d, i, u, 0, reduction)
+    want = sx.scatter_elements_vjp(*(x.astype(np.float64) for x in (g, d)), i, u.astype(np.float64), 0, reduction)
+    eps = float(ml_dtypes.finfo(dtype).eps) if dtype == BF16 else float(np.finfo(dtype).eps)
+    for a, b in zip(got, want):
+        assert a.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(a.astype(np.float64), b, rtol=2 * eps, atol=0)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_layouts_do_not_change_gradients(reduction):
+    rng = np.random.default_rng(11)
+    d, i, u = _generic_case(reduction, rng, data_shape=(5, 6), index_shape=(5, 4), axis=1)
+    g = rng.standard_normal((5, 6))
+    want = sx.scatter_elements_vjp(g, d, i, u, 1, reduction)
+    got = sx.scatter_elements_vjp(np.asfortranarray(g), d[::-1].copy()[::-1], np.asfortranarray(i),
+                                  u.T.copy().T, 1, reduction)
+    for a, b in zip(got, want):
+        assert a.flags.c_contiguous
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_empty_indices(reduction):
+    g = np.arange(6.0).reshape(2, 3)
+    gd, gu = sx.scatter_elements_vjp(g, np.ones((2, 3)), np.zeros((0, 3), np.int64), np.ones((0, 3)), 0, reduction)
+    np.testing.assert_array_equal(gd, g)  # max/min: data alone takes part everywhere
+    assert gu.shape == (0, 3)
+
+
+def test_inputs_are_not_modified():
+    rng = np.random.default_rng(12)
+    d, i, u = _generic_case("mul", rng, data_shape=(4, 3), index_shape=(6, 3), axis=0)
+    g = rng.standard_normal((4, 3))
+    before = [x.copy() for x in (g, d, i, u)]
+    for reduction in REDUCTIONS:
+        gd, _ = sx.scatter_elements_vjp(g, d, i, u, 0, reduction)
+        assert not np.shares_memory(gd, g)
+    for x, y in zip((g, d, i, u), before):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.bool_, np.dtype("U3"), object])
+def test_not_differentiable_types(dtype):
+    d = np.zeros(3, dtype)
+    with pytest.raises(TypeError, match="not differentiable"):
+        sx.scatter_elements_vjp(np.zeros(3), d, [0], d[:1], 0, "none")
+    with pytest.raises(TypeError, match="not differentiable"):
+        sx.gather_elements_vjp(np.zeros(1, dtype), (3,), [0], 0)
+
+
+@pytest.mark.parametrize("reduction", ["max", "min"])
+def test_complex_max_min_is_a_type_error(reduction):
+    with pytest.raises(TypeError, match="complex"):
+        sx.scatter_elements_vjp(np.zeros(2, complex), np.zeros(2, complex), [0], np.zeros(1, complex), 0, reduction)
+
+
+def test_bad_grad_output():
+    d, i, u = np.zeros((2, 3)), np.zeros((1, 3), np.int64), np.zeros((1, 3))
+    with pytest.raises(ValueError, match=r"shape of data \(2, 3\)"):
+        sx.scatter_elements_vjp(np.zeros((3, 2)), d, i, u, 0, "add")
+    with pytest.raises(TypeError, match="cannot be cast"):
+        sx.scatter_elements_vjp(np.zeros((2, 3), np.int64), d, i, u, 0, "add")
+    with pytest.raises(TypeError, match="cannot be cast"):
+        sx.scatter_elements_vjp(np.zeros((2, 3), complex), d, i, u, 0, "add")
+    with pytest.raises(ValueError, match=r"shape of indices \(1, 3\)"):
+        sx.gather_elements_vjp(np.zeros((2, 3)), (2, 3), i, 0)
+    gd, gu = sx.scatter_elements_vjp(np.ones((2, 3), np.float32), d, i, u, 0, "add")
+    assert gd.dtype == gu.dtype == np.float64
+
+
+def test_forward_errors_still_apply():
+    with pytest.raises(IndexError, match="index 5 at indices"):
+        sx.scatter_elements_vjp(np.zeros(3), np.zeros(3), [5], [1.0], 0, "add")
+    with pytest.raises(IndexError, match="index -4 at indices"):
+        sx.gather_elements_vjp(np.zeros(1), (3,), [-4], 0)
+    with pytest.raises(ValueError, match="unknown reduction"):
+        sx.scatter_elements_vjp(np.zeros(3), np.zeros(3), [0], [1.0], 0, "sum")
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        sx.gather_elements_vjp(np.zeros((1, 1)), (3, 1), [[0]], 2)
