@@ -1,4 +1,4 @@
-"""The ``scatterx`` command line: ``scatterx demo``."""
+"""The ``scatterx`` command line: ``scatterx demo``, ``scatterx bench``, ``scatterx run``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,18 @@ from . import _ops
 from ._bench import add_arguments as _add_bench_arguments
 from ._bench import run as _run_bench
 from ._rules import REDUCTIONS
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    from .onnx._run_cli import add_arguments
+
+    add_arguments(parser)
+
+
+def _run_model(args: argparse.Namespace) -> int:
+    from .onnx._run_cli import main as run_model
+
+    return run_model(args)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -33,17 +45,26 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"  -> {result.tolist()}")
     gathered = _ops.gather_elements(result, np.array([[3, 1, -1]]), axis=1)
     print(f"GatherElements of that result at [[3, 1, -1]] along axis 1 -> {gathered.tolist()}")
-    return 0
+    from .onnx._demo import run as train_demo
+
+    return train_demo(steps=args.steps, output=args.output)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scatterx", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="show ScatterElements and GatherElements on small examples")
+    demo = sub.add_parser(
+        "demo", help="small examples, then train a message-passing layer through an ONNX graph"
+    )
+    demo.add_argument("--steps", type=int, default=300, help="SGD steps of the training demo (default 300)")
+    demo.add_argument("--output", metavar="PATH", help="also keep the trained model at PATH")
     demo.set_defaults(func=_demo)
     bench = sub.add_parser("bench", help="time scatterx against NumPy, PyTorch and onnxruntime, in one table")
     _add_bench_arguments(bench)
     bench.set_defaults(func=_run_bench)
+    run = sub.add_parser("run", help="run an ONNX model through scatterx.onnx.Session, outputs to .npy")
+    _add_run_arguments(run)
+    run.set_defaults(func=_run_model)
     args = parser.parse_args(argv)
     return args.func(args)
 
