@@ -273,3 +273,48 @@ def test_backward_needs_training():
         s.backward({"mean": np.float32(1)})
     with pytest.raises(RuntimeError, match="run first"):
         Session(g, training=True).backward({"mean": np.float32(1)})
+
+
+def test_cli_run(tmp_path, capsys):
+    from scatterx._cli import main
+
+    g, feeds = _message_passing()
+    model = tmp_path / "mp.onnx"
+    g.save(model)
+    args = ["run", str(model), "--output-dir", str(tmp_path / "out")]
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += ["--input", f"{name}={tmp_path / f'{name}.npy'}"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    expected = _ort(g.to_onnx(), feeds)
+    for name, value in zip(["out", "mean"], expected):
+        assert f"{name}: shape {value.shape} dtype float32" in printed
+        np.testing.assert_allclose(np.load(tmp_path / "out" / f"{name}.npy"), value, rtol=1e-5, atol=1e-6)
+
+
+def test_cli_run_names_missing_and_unknown_inputs(tmp_path, capsys):
+    from scatterx._cli import main
+
+    g, feeds = _message_passing()
+    model = tmp_path / "mp.onnx"
+    g.save(model)
+    np.save(tmp_path / "x.npy", feeds["x"])
+    assert main(["run", str(model), "--input", f"x={tmp_path / 'x.npy'}"]) == 2
+    assert "missing input(s) 'src', 'dst'" in capsys.readouterr().err
+    assert main(["run", str(model), "--input", f"bogus={tmp_path / 'x.npy'}"]) == 2
+    assert "unknown input(s) 'bogus'" in capsys.readouterr().err
+    assert main(["run", str(model), "--input", "x"]) == 2
+    assert "NAME=FILE.npy" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "none.onnx")]) == 2
+    assert "none.onnx" in capsys.readouterr().err
+
+
+def test_cli_run_output_file_names_stay_in_the_folder():
+    from scatterx.onnx._run_cli import file_name
+
+    taken: set[str] = set()
+    assert file_name("../../etc/passwd", taken) == "_.._etc_passwd.npy"
+    assert file_name("a/b", taken) == "a_b.npy"
+    assert file_name("a:b", taken) == "a_b_1.npy"
+    assert file_name("..", taken) == "_.npy"

@@ -241,3 +241,37 @@ def test_backward_arguments():
         s.backward({"x": np.ones((3, 2))})
     with pytest.raises(ValueError, match="shape"):
         s.backward({"y": np.ones((2, 2))})
+
+
+def test_demo_trains_and_reports(capsys):
+    from scatterx._cli import main
+
+    assert main(["demo", "--steps", "120"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "\r" not in out  # captured output is not a terminal: plain lines, no bar
+    steps = [float(line.split("loss")[1]) for line in lines if line.strip().startswith("step ")]
+    assert len(steps) >= 3 and steps[-1] < 0.2 * steps[0]
+    assert any("set_lda_coeff('aggregate', 0.5): |dW| x0.500  |dW_self| x0.500" in line for line in lines)
+    assert any("set_lda_coeff('message', 0.1): |dW| x0.100  |dW_self| x1.000" in line for line in lines)
+    frozen = next(line for line in lines if "set_training('message', False)" in line)
+    assert "max |change| of W 0.0e+00" in frozen
+    assert "check_model(full_check=True) passes" in out
+    assert out.count("-> match") == 2 and "Outputs match" in out
+
+
+def test_demo_keeps_the_model(tmp_path):
+    import onnxruntime as ort
+
+    from scatterx._cli import main
+    from scatterx.onnx._demo import dataset
+
+    path = tmp_path / "trained.onnx"
+    assert main(["demo", "--steps", "5", "--output", str(path)]) == 0
+    back = Graph.from_onnx(path)
+    assert back.get_lda_coeff() == dict.fromkeys([n.name for n in back.nodes], 1.0)
+    assert back.get_training("message") is True
+    data = dataset()
+    feeds = {"x": data["x"], "target": data["target"]}
+    (prediction, loss) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(loss, np.mean((prediction - data["target"]) ** 2), rtol=1e-5)

@@ -102,8 +102,9 @@ def _norm(a: np.ndarray) -> float:
     return float(np.linalg.norm(a.astype(np.float64)))
 
 
-def run(steps: int = 300, output: str | None = None, stream: TextIO = sys.stdout) -> int:
-    """Train, show lda_coeff and freezing, export, and compare onnxruntime with Session."""
+def run(steps: int = 300, output: str | None = None, stream: TextIO | None = None) -> int:
+    """Train, show lda_coeff and freezing, export, and compare onnxruntime with Session (0: they match)."""
+    stream = sys.stdout if stream is None else stream
     start = time.perf_counter()
     data = dataset()
     g = build(data)
