@@ -57,9 +57,10 @@ def scatter_elements(
     Returns
     -------
     dask.array.Array
-        data's shape, native-byte-order dtype and chunks. For fixed-width strings (``U``, ``S``)
-        with "add", computed blocks may be wider than the declared dtype (the NumPy path widens
-        them too); dask's concatenation widens the computed result accordingly.
+        data's shape, native-byte-order dtype and chunks. Fixed-width strings (``U``, ``S``)
+        widen as the NumPy path does, except that with "add" the width the values need is not
+        known before computing: the result is declared as wide as they can need, data's width
+        plus ``indices.shape[axis]`` times updates' width (the values equal the NumPy path's).
 
     Raises
     ------

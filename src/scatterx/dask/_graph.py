@@ -72,7 +72,7 @@ def scatter_blockwise(plan: Plan, reduction: str, split_every: int) -> da.Array:
             plan.updates.blocks[where], contracted,
             concatenate=False, align_arrays=False,
             dtype=plan.dtype, meta=_meta(ndim, plan.dtype),
-            axis=axis, reduction=reduction, owned=layer > 0,
+            axis=axis, reduction=reduction, owned=layer > 0, result_dtype=plan.dtype,
             token="scatterx-scatter-blockwise",
         )
     return out
@@ -98,7 +98,7 @@ def scatter_routed(plan: Plan, reduction: str, split_every: int) -> da.Array:
             pieces.blocks[_along(axis, ndim + 1, sel)], contracted + axis_letter,
             concatenate=False, align_arrays=False,
             dtype=plan.dtype, meta=_meta(ndim, plan.dtype),
-            reduction=reduction, owned=layer > 0,
+            reduction=reduction, owned=layer > 0, result_dtype=plan.dtype,
             token="scatterx-scatter-routed",
         )
     return out

@@ -56,7 +56,9 @@ def as_data(data: object) -> da.Array:
     if isinstance(data, da.Array):
         _check_known(data, "data")
         return data
-    return da.asarray(_rules.native(np.asarray(data)))
+    arr = _rules.native(np.asarray(data))
+    # dask cannot size "auto" chunks of object arrays: they stay one block.
+    return da.from_array(arr, chunks=-1 if arr.dtype.hasobject else "auto")
 
 
 def _indices_dtype(indices: object) -> tuple[object, np.dtype]:
@@ -141,7 +143,24 @@ def scatter_plan(data, indices, updates, axis, reduction) -> tuple[Plan, str]:
     axis_chunks = _axis_chunks(indices, data, axis)
     indices = _align(indices, data, axis, axis_chunks)
     updates = _align(updates, data, axis, indices.chunks[axis])
+    dtype = result_dtype(dtype, updates.dtype, indices.shape[axis], reduction)
     return Plan(data, indices, updates, axis, dtype), reduction
+
+
+def result_dtype(data: np.dtype, updates: np.dtype, n_axis: int, reduction: str) -> np.dtype:
+    """The declared dtype of the result.
+
+    Fixed-width strings are the one case where it is not data's: the NumPy path widens to the
+    width the values need, which a lazy array cannot know, so the dask result takes the widest
+    the values can need: updates' width, or for "add" data's width plus `n_axis` (the most
+    updates one element can receive) times updates' width.
+    """
+    if data.kind not in "US":
+        return data
+    per_char = 4 if data.kind == "U" else 1
+    width, extra = data.itemsize // per_char, updates.itemsize // per_char
+    width = width + n_axis * extra if reduction == "add" else max(width, extra)
+    return np.dtype(f"{data.kind}{max(width, 1)}")
 
 
 def gather_plan(data, indices, axis) -> Plan:

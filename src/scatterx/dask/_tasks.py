@@ -50,12 +50,18 @@ def _fresh(block: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.array(block, dtype=dtype, order="C", copy=True)
 
 
-def scatter_fold(out, indices_blocks, updates_blocks, *, axis, reduction, owned):
+def _declared(block: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return block if block.dtype == dtype else block.astype(dtype)
+
+
+def scatter_fold(out, indices_blocks, updates_blocks, *, axis, reduction, owned, result_dtype):
     """Applies (indices, updates) blocks to an output block one after the other.
 
     The blocks follow each other along `axis`, so folding them in list order is the row-major
     order of the whole indices array restricted to this block: the result is the NumPy path's,
-    bit for bit. `owned` says that `out` was made by the previous fold and may be overwritten.
+    bit for bit. `owned` says that `out` was made by the previous fold and may be overwritten;
+    `result_dtype` is the declared dtype of the result (wider than the values need for fixed-width
+    strings with "add").
     """
     fresh = owned
     in_place = owned and not is_string_dtype(out.dtype)
@@ -66,7 +72,7 @@ def scatter_fold(out, indices_blocks, updates_blocks, *, axis, reduction, owned)
             out = scatter_elements(out, idx, upd, axis, reduction)
             fresh = True
             in_place = not is_string_dtype(out.dtype)
-    return out if fresh else _fresh(out, out.dtype.newbyteorder("="))
+    return _declared(out, result_dtype) if fresh else _fresh(out, result_dtype)
 
 
 def route(indices, updates, *, axis, size, starts, data_chunks, block_info=None):
@@ -105,6 +111,8 @@ def route(indices, updates, *, axis, size, starts, data_chunks, block_info=None)
         tail = tail + _coordinate(d, indices.shape) * inner
         inner *= shape[d]
     flat = ((outer * lengths[dest] + local) * inner + tail).ravel()
+    if stride * int(lengths.max()) * inner < 2**31:
+        flat = flat.astype(np.int32)  # a third less memory per routed update
     values = np.ascontiguousarray(updates).ravel()
     dest = dest.ravel()
     counts = np.bincount(dest, minlength=n_dest)
@@ -126,12 +134,11 @@ def _coordinate(d: int, shape: tuple) -> np.ndarray:
     return np.arange(shape[d], dtype=np.int64).reshape(view)
 
 
-def apply_pieces(out, piece_blocks, *, reduction, owned):
+def apply_pieces(out, piece_blocks, *, reduction, owned, result_dtype):
     """Applies routed pieces (in block order) to one output block; see `scatter_fold`."""
     shape = out.shape
-    dtype = out.dtype
     fresh = owned
-    in_place = owned and not is_string_dtype(dtype)
+    in_place = owned and not is_string_dtype(result_dtype)
     for block in piece_blocks:
         piece = block.reshape(-1)[0]
         if piece is None:
@@ -144,7 +151,7 @@ def apply_pieces(out, piece_blocks, *, reduction, owned):
             out = scatter_elements(out.reshape(-1), flat_pos, values, 0, reduction).reshape(shape)
             fresh = True
             in_place = not is_string_dtype(out.dtype)
-    return out if fresh else _fresh(out, dtype.newbyteorder("="))
+    return _declared(out, result_dtype) if fresh else _fresh(out, result_dtype)
 
 
 def gather_whole(indices, data_blocks, *, axis):
