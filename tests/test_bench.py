@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from scatterx import _bench
-from scatterx._bench_cases import CASES, build_inputs, moved_bytes
+from scatterx._bench_cases import CASES, FAMILIES, build_inputs, moved_bytes
 from scatterx._bench_peers import IMPLEMENTATIONS, Impl, Prepared, Unsupported
 
 SETTINGS = _bench.Settings(quick=True, threads=1, repeat=5, min_time=0.001)
@@ -97,14 +97,16 @@ def test_an_unsupported_case_becomes_a_note():
 def test_moved_bytes_is_the_streaming_formula():
     case = next(c for c in CASES if c.name == "max0")
     inputs = build_inputs(case, quick=True)
-    data, idx = 12_500 * 32 * 4, 25_000 * 32 * 8
-    assert moved_bytes(case, inputs) == 2 * data + idx + 25_000 * 32 * 4
+    (n, m), (k, _) = FAMILIES["max0"].quick_data_shape, FAMILIES["max0"].quick_index_shape
+    data, idx, upd = n * m * 4, k * m * 8, k * m * 4
+    assert moved_bytes(case, inputs) == 2 * data + idx + upd
 
 
 def test_inputs_follow_the_case_definitions():
     rows = build_inputs(next(c for c in CASES if c.name == "rows_none_i32"), quick=True)
-    assert rows.indices.dtype == np.int32 and rows.indices.shape == (512, 256)
-    assert all(len(set(row)) == 256 for row in rows.indices.tolist())  # unique targets per row
+    assert rows.indices.dtype == np.int32 and rows.indices.shape == FAMILIES["rows"].quick_index_shape
+    width = rows.indices.shape[1]
+    assert all(len(set(row)) == width for row in rows.indices.tolist())  # unique targets per row
     mp = build_inputs(next(c for c in CASES if c.name == "mp_add_bf16"), quick=True)
     assert mp.data.dtype.name == "bfloat16"
     assert (mp.indices == mp.indices[:, :1]).all()  # expanded: constant along each row
@@ -112,7 +114,7 @@ def test_inputs_follow_the_case_definitions():
 
 def test_memory_probe_sees_no_allocation_beyond_the_output():
     report = _bench._memory_subprocess("rows_none", quick=True, threads=1)
-    assert report["output_bytes"] == 512 * 1024 * 4
+    assert report["output_bytes"] == 4 * np.prod(FAMILIES["rows"].quick_data_shape)
     assert report["numpy_extra_bytes"] <= 0.05 * report["input_bytes"]
 
 

@@ -1,11 +1,12 @@
 """The engine of ``scatterx bench``: scatterx against its peers, in one table.
 
 For every case (``_bench_cases``) and every implementation (``_bench_peers``) the engine
-checks the result against scatterx's before timing anything, then times a warm-up and at least
+checks the result against scatterx's (that first call is the warm-up), then times at least
 five samples; a sample repeats the call enough times to last `min_time` and reports the time of
 one call; the figure is the median sample. In the same run it measures the copy bandwidth of
-the machine (a large ``np.copyto``) and from it the streaming bound of every case: the time to
-move the bytes the operation must read and write (see ``_bench_cases.moved_bytes``). It also
+the machine (a large ``np.copyto``, before and after the cases) and from it the streaming bound
+of every case: the time to move the bytes the operation must read and write (see
+``_bench_cases.moved_bytes``). It also
 shows the peak memory of a scatterx call beyond its output, and the time that ``out=data``
 saves. See docs/performance.md.
 """
@@ -105,27 +106,47 @@ def _sample(fn, number: int) -> float:
     return time.perf_counter() - start
 
 
-def time_call(fn, min_time: float, repeat: int) -> Timing:
-    """Median over `repeat` samples of the time of one call of `fn`, after a warm-up.
+def _calls_per_sample(fn, min_time: float, first: float | None) -> int:
+    """How many calls make a sample of at least `min_time`; the calls made here warm up.
 
-    The warm-up also calibrates the number of calls per sample, so that a sample lasts at
-    least `min_time` (a 3x3 call is timed over many thousands of calls).
+    `first` is the duration of a call already made (the correctness check), which then serves
+    as the warm-up of a slow call.
+    """
+    number, elapsed = 1, first
+    if elapsed is None:
+        elapsed = _sample(fn, number)
+    while elapsed < min_time:
+        per_call = max(elapsed / number, 1e-9)
+        number = max(number * 2, min(math.ceil(1.2 * min_time / per_call), number * 100))
+        elapsed = _sample(fn, number)
+    return number
+
+
+def time_calls(fns: dict, min_time: float, repeat: int, first: float | None = None) -> dict[str, Timing]:
+    """For each callable, the median over `repeat` samples of the time of one call, after a warm-up.
+
+    A sample repeats the call so that it lasts at least `min_time` (a 3x3 call is timed over
+    thousands of calls). Several callables are sampled in turn, so that a change of load on
+    the machine affects them alike.
     """
     gc.collect()
     enabled = gc.isenabled()
     gc.disable()
     try:
-        number = 1
-        elapsed = _sample(fn, number)
-        while elapsed < min_time:
-            per_call = max(elapsed / number, 1e-9)
-            number = max(number * 2, min(math.ceil(1.2 * min_time / per_call), number * 100))
-            elapsed = _sample(fn, number)
-        samples = [_sample(fn, number) / number for _ in range(repeat)]
+        numbers = {k: _calls_per_sample(fn, min_time, first) for k, fn in fns.items()}
+        samples = {k: [] for k in fns}
+        for _ in range(repeat):
+            for k, fn in fns.items():
+                samples[k].append(_sample(fn, numbers[k]) / numbers[k])
     finally:
         if enabled:
             gc.enable()
-    return Timing(statistics.median(samples), number, samples)
+    return {k: Timing(statistics.median(v), numbers[k], v) for k, v in samples.items()}
+
+
+def time_call(fn, min_time: float, repeat: int, first: float | None = None) -> Timing:
+    """`time_calls` of one callable."""
+    return time_calls({"fn": fn}, min_time, repeat, first)["fn"]
 
 
 def copy_bandwidth(nbytes: int, repeat: int) -> float:
@@ -185,7 +206,11 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, bandwidth: float
             continue
         try:
             prepared = impl.prepare(case, inputs, settings.threads)
-            arrays = prepared.to_numpy(prepared.run())
+            start = time.perf_counter()
+            first = prepared.run()
+            first_time = time.perf_counter() - start
+            arrays = prepared.to_numpy(first)
+            del first
         except Unsupported as exc:
             result.impls[impl.name] = ImplResult("skipped", str(exc))
             continue
@@ -203,7 +228,7 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, bandwidth: float
                 _progress(f"    MISMATCH {impl.name}: {mismatch}")
                 continue
         del arrays
-        timing = time_call(prepared.run, settings.min_time, settings.repeat)
+        timing = time_call(prepared.run, settings.min_time, settings.repeat, first_time)
         result.impls[impl.name] = ImplResult(
             "ok", ms=1e3 * timing.median, number=timing.number,
             samples_ms=[1e3 * s for s in timing.samples],
@@ -224,11 +249,14 @@ def inplace_check(case: Case, settings: Settings) -> dict:
     if got is not buffer or not np.array_equal(_bits(got), _bits(expected)):
         raise AssertionError(f"{case.name}: scatter_elements(out=data) differs from the new-output call")
     target = np.empty_like(d)
-    times = {
-        "new_output": time_call(lambda: sx.scatter_elements(d, i, u, case.axis, case.reduction), settings.min_time, settings.repeat),
-        "out_data": time_call(lambda: sx.scatter_elements(buffer, i, u, case.axis, case.reduction, out=buffer), settings.min_time, settings.repeat),
-        "copy_data": time_call(lambda: np.copyto(target, d), settings.min_time, settings.repeat),
-    }
+    times = time_calls(
+        {
+            "new_output": lambda: sx.scatter_elements(d, i, u, case.axis, case.reduction),
+            "out_data": lambda: sx.scatter_elements(buffer, i, u, case.axis, case.reduction, out=buffer),
+            "copy_data": lambda: np.copyto(target, d),
+        },
+        settings.min_time, settings.repeat,
+    )
     return {"case": case.name, **{k: 1e3 * t.median for k, t in times.items()}}
 
 
@@ -395,32 +423,37 @@ def format_inplace(inplace: list[dict]) -> str:
 
 
 def plot(results: list[CaseResult], names: list[str], path: str, title: str) -> None:
-    """Horizontal bars: each implementation's time relative to scatterx (log scale), bound marked."""
+    """Horizontal bars from 1 (scatterx) to each peer's time relative to scatterx (log scale).
+
+    A bar to the right is a peer slower than scatterx; the streaming bound is marked with a bar.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     shown = [r for r in results if r.ours]
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(shown) * max(1, len(names) / 3) + 1.5))
-    height = 0.8 / len(names)
-    for k, name in enumerate(names):
+    peers = [n for n in names if n != "scatterx"]
+    fig, ax = plt.subplots(figsize=(10, 0.4 * len(shown) * max(1, len(peers) / 3) + 1.5))
+    height = 0.8 / max(1, len(peers))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, name in enumerate(peers):
         ys, xs = [], []
         for row, r in enumerate(shown):
             res = r.impls.get(name)
             if res is not None and res.status == "ok":
-                ys.append(row + (k - (len(names) - 1) / 2) * height)
+                ys.append(row + (k - (len(peers) - 1) / 2) * height)
                 xs.append(res.ms / r.ours)
-        ax.barh(ys, xs, height=height, label=name)
+        ax.barh(ys, [x - 1 for x in xs], left=1, height=height, label=name, color=colors[(k + 1) % len(colors)])
     bounds = [(row, r.bound_ms / r.ours) for row, r in enumerate(shown) if r.bound_ms]
     if bounds:
         ax.scatter([b[1] for b in bounds], [b[0] for b in bounds], marker="|", s=300, color="black",
                    zorder=3, label="streaming bound")
     ax.set_xscale("log")
-    ax.axvline(1.0, color="gray", linewidth=0.8)
+    ax.axvline(1.0, color=colors[0], linewidth=1.5, label="scatterx")
     ax.set_yticks(range(len(shown)), [r.name for r in shown])
-    ax.invert_yaxis()
-    ax.set_xlabel("time relative to scatterx (log scale; > 1 means slower than scatterx)")
+    ax.set_ylim(len(shown) - 0.5, -0.5)
+    ax.set_xlabel("time relative to scatterx (log scale; right of 1: slower than scatterx)")
     ax.set_title(title)
     ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
@@ -523,18 +556,29 @@ def run(args: argparse.Namespace) -> int:
     load_before = _load()
     started = time.perf_counter()
     _progress(f"scatterx bench: {len(cases)} cases, {', '.join(names)}, {settings.threads} threads")
-    bandwidth = copy_bandwidth((64 if args.quick else 256) * 2**20, 7)
+    copy_bytes = (64 if args.quick else 256) * 2**20
+    bandwidth = bandwidth_start = copy_bandwidth(copy_bytes, 7)
     _progress(f"copy bandwidth (np.copyto, read + write): {bandwidth / 1e9:.2f} GB/s")
 
     results = []
     for k, case in enumerate(cases, 1):
         _progress(f"[{k:>2}/{len(cases)}] {case.name}: {case.describe(settings.quick)}")
+        case_start = time.perf_counter()
         r = run_case(case, impls, settings, bandwidth)
         results.append(r)
         parts = [f"{n} {_cell(r.impls[n])}" for n in names]
         tail = f" -> {_fmt(r.speedup)}x best peer" if r.speedup else ""
         tail += f", {_fmt(r.bound_ratio)}x bound" if r.bound_ratio else ""
-        _progress("        " + " | ".join(parts) + tail)
+        _progress("        " + " | ".join(parts) + tail + f" ({time.perf_counter() - case_start:.1f} s)")
+
+    # The bound uses the better of two measurements, before and after the cases: the least
+    # time the machine needs to stream the bytes.
+    bandwidth_end = copy_bandwidth(copy_bytes, 7)
+    _progress(f"copy bandwidth again: {bandwidth_end / 1e9:.2f} GB/s")
+    bandwidth = max(bandwidth, bandwidth_end)
+    for r, case in zip(results, cases):
+        if case.has_bound:
+            r.bound_ms = 1e3 * r.moved_bytes / bandwidth
 
     memory, inplace = [], []
     if not args.no_memory:
@@ -575,6 +619,7 @@ def run(args: argparse.Namespace) -> int:
                         "load_before": load_before, "load_after": _load()},
             "versions": _versions(),
             "copy_bandwidth_bytes_per_s": bandwidth,
+            "copy_bandwidth_measurements": [bandwidth_start, bandwidth_end],
             "cases": [
                 {**{k: v for k, v in asdict(r).items()}, "speedup": r.speedup, "bound_ratio": r.bound_ratio,
                  "best_peer": r.peer_best()[0] if r.peer_best() else None}
