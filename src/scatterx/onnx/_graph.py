@@ -331,7 +331,9 @@ class Graph:
                 reduction = check_reduction(reduction)
                 self._check_elementwise(d, i, axis)
                 if d.dtype is not None and u.dtype is not None and d.dtype != u.dtype:
-                    raise TypeError(f"data and updates must have the same dtype: data is {d.dtype}, updates is {u.dtype}")
+                    raise TypeError(
+                        f"data and updates must have the same dtype: data is {d.dtype}, updates is {u.dtype}"
+                    )
                 if d.dtype is not None:
                     check_reduction_for_dtype(reduction, d.dtype)
                 if i.shape is not None and u.shape is not None:
@@ -350,7 +352,8 @@ class Graph:
             if reduction != "none":
                 attrs["reduction"] = reduction
             proto = helper.make_node(op, [d.name, i.name, u.name], names, name=node, **attrs)
-            return self._append(proto, [(names[0], d.dtype, d.shape)], training, lda_coeff, self._defined_opset())[0]
+            outputs = [(names[0], d.dtype, d.shape)]
+            return self._append(proto, outputs, training, lda_coeff, self._defined_opset())[0]
 
     def gather_elements(
         self, data: TensorLike, indices: TensorLike, axis: int = 0, *, name: str | None = None,
@@ -374,7 +377,8 @@ class Graph:
             except (TypeError, ValueError) as e:
                 raise type(e)(f"node {node!r} ({op}): {e}") from None
             proto = helper.make_node(op, [d.name, i.name], names, name=node, axis=int(axis))
-            return self._append(proto, [(names[0], d.dtype, i.shape)], training, lda_coeff, self._defined_opset())[0]
+            outputs = [(names[0], d.dtype, i.shape)]
+            return self._append(proto, outputs, training, lda_coeff, self._defined_opset())[0]
 
     @staticmethod
     def _check_elementwise(d: Tensor, i: Tensor, axis: object) -> None:
@@ -433,7 +437,8 @@ class Graph:
                 raise TypeError(f"op_type must be a non-empty string, got {op_type!r}")
             node = self._node_name(name, op_type)
             if n_outputs is None:
-                n_outputs = 1 if output_names is None else (1 if isinstance(output_names, str) else len(list(output_names)))
+                many = output_names is not None and not isinstance(output_names, str)
+                n_outputs = len(list(output_names)) if many else 1
             defined_at = self._defined_opset()
             try:
                 training, lda_coeff = _check_training(training), _check_lda(lda_coeff)
@@ -469,7 +474,7 @@ class Graph:
 
     def _infer(self, proto: onnx.NodeProto, operands: list[Tensor | None], opset: int) -> dict:
         """Check one node alone with the ONNX checker and strict shape inference."""
-        if any(a.type == onnx.AttributeProto.GRAPH or a.type == onnx.AttributeProto.GRAPHS for a in proto.attribute):
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in proto.attribute):
             # A subgraph may read outer-scope tensors: it is checked with the whole model on export.
             return {}
         inputs, inits, seen = [], [], set()

@@ -70,11 +70,12 @@ def main(args: argparse.Namespace) -> int:
     os.makedirs(args.output_dir, exist_ok=True)
     taken: set[str] = set()
     for name, value in outputs.items():
-        values = value if isinstance(value, list) else [value]
-        for k, v in enumerate(values):
+        # A sequence output is written element by element, as NAME_0.npy, NAME_1.npy, ...
+        items = [(f"{name}[{k}]", f"{name}_{k}", v) for k, v in enumerate(value)] if isinstance(value, list) \
+            else [(name, name, value)]
+        for label, stem, v in items:
             arr = _savable(v)
-            target = os.path.join(args.output_dir, file_name(name if len(values) == 1 and not isinstance(value, list)
-                                                             else f"{name}_{k}", taken))
+            target = os.path.join(args.output_dir, file_name(stem, taken))
             np.save(target, arr, allow_pickle=False)
-            print(f"{name}{'' if not isinstance(value, list) else f'[{k}]'}: shape {arr.shape} dtype {arr.dtype} -> {target}")
+            print(f"{label}: shape {arr.shape} dtype {arr.dtype} -> {target}")
     return 0

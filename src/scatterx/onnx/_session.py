@@ -1,4 +1,4 @@
-"""Running a model: scatterx kernels for ScatterElements, GatherElements and Scatter, onnx.reference for the rest."""
+"""Running a model: scatterx kernels for ScatterElements, GatherElements, Scatter; onnx.reference for the rest."""
 
 from __future__ import annotations
 
