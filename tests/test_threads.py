@@ -1,0 +1,106 @@
+"""Results do not depend on the number of native threads (SPEC section 2, "Order").
+
+The arrays have over 100k updates, so the kernels split the fibers among the threads. The
+sequential reference for the large cases is NumPy's unbuffered ``ufunc.at``, which applies the
+updates one by one in row-major order of the index arrays, as the spec orders them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import numpy as np
+import pytest
+from conftest import assert_identical, random_values
+
+import scatterx as sx
+
+THREAD_COUNTS = (1, 2, 7)
+# (name, data shape, index shape, axis): every layout of fibers against the axis.
+GEOMETRIES = [
+    ("axis0", (2000, 64), (4000, 64), 0),
+    ("axis-last", (400, 300), (400, 600), -1),
+    ("middle", (16, 100, 64), (16, 200, 64), 1),
+]
+KINDS = ("float32", "float64", "float16", "bfloat16", "complex128", "int32", "uint8", "bool")
+AT = {"add": np.add, "mul": np.multiply}
+
+
+def _case(kind, data_shape, index_shape, axis, seed=0):
+    rng = np.random.default_rng(seed)
+    data = random_values(kind, data_shape, rng, nan=False)
+    updates = random_values(kind, index_shape, rng, nan=False)
+    if kind not in ("bool",) and not kind.startswith(("int", "uint")):
+        # Values near 1 keep long products finite and sums inexact, so the order shows.
+        data = (1 + rng.random(data_shape) / 8).astype(data.dtype)
+        updates = (1 + rng.random(index_shape) / 8).astype(data.dtype)
+    indices = rng.integers(-data_shape[axis], data_shape[axis], index_shape)
+    return data, indices, updates
+
+
+def _positions(indices, data_shape, axis):
+    """Index tuple into data for np.ufunc.at, in row-major order of `indices`."""
+    axis %= len(data_shape)
+    grid = list(np.indices(indices.shape, sparse=True))
+    grid[axis] = np.where(indices < 0, indices + data_shape[axis], indices)
+    return tuple(grid)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("data_shape", "index_shape", "axis"), [g[1:] for g in GEOMETRIES], ids=[g[0] for g in GEOMETRIES])
+def test_scatter_is_bitwise_identical_for_any_thread_count(restore_threads, kind, data_shape, index_shape, axis):
+    data, indices, updates = _case(kind, data_shape, index_shape, axis)
+    assert indices.size > 100_000
+    for reduction in ("none", "add", "mul", "max") if kind != "complex128" else ("none", "add", "mul"):
+        results = []
+        for n in THREAD_COUNTS:
+            sx.set_num_threads(n)
+            results.append(sx.scatter_elements(data, indices, updates, axis, reduction))
+        for other in results[1:]:
+            assert_identical(other, results[0])
+        if reduction in AT and kind != "bool":
+            expected = data.copy()
+            with np.errstate(over="ignore"):
+                AT[reduction].at(expected, _positions(indices, data_shape, axis), updates)
+            assert_identical(results[0], expected)
+
+
+@pytest.mark.parametrize(("data_shape", "index_shape", "axis"), [g[1:] for g in GEOMETRIES], ids=[g[0] for g in GEOMETRIES])
+def test_gather_is_identical_for_any_thread_count(restore_threads, data_shape, index_shape, axis):
+    data, indices, _ = _case("float64", data_shape, index_shape, axis)
+    expected = data[_positions(indices, data_shape, axis)]
+    for n in THREAD_COUNTS:
+        sx.set_num_threads(n)
+        assert_identical(sx.gather_elements(data, indices, axis), expected)
+
+
+def test_large_bounds_check_with_threads(restore_threads):
+    data = np.zeros((1000, 200))
+    indices = np.zeros((1000, 200), np.int64)
+    indices[777, 3] = 1000
+    for n in THREAD_COUNTS:
+        sx.set_num_threads(n)
+        with pytest.raises(IndexError, match=r"indices\[777, 3\]"):
+            sx.scatter_elements(data, indices, data, 0, "add")
+
+
+def test_concurrent_callers_get_the_sequential_result(restore_threads):
+    """Several Python threads at once share the pool; every result is still the sequential one."""
+    sx.set_num_threads(4)
+    data, indices, updates = _case("float32", (2000, 64), (4000, 64), 0)
+    expected = data.copy()
+    np.add.at(expected, _positions(indices, data.shape, 0), updates)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(sx.scatter_elements, data, indices, updates, 0, "add") for _ in range(8)]
+        for f in futures:
+            assert_identical(f.result(), expected)
+
+
+def test_set_num_threads_validates_and_round_trips(restore_threads):
+    sx.set_num_threads(3)
+    assert sx.get_num_threads() == 3
+    with pytest.raises(ValueError, match="0"):
+        sx.set_num_threads(0)
+    with pytest.raises(TypeError, match="float"):
+        sx.set_num_threads(2.5)
+    assert sx.get_num_threads() == 3
