@@ -295,3 +295,49 @@ def test_broadcast_zero_stride_updates_and_indices(kind, reduction):
         return
     expected = oracle.scatter_elements(data, indices, updates, 0, reduction)
     assert_identical(sx.scatter_elements(data, indices, updates, 0, reduction), expected)
+
+
+@pytest.mark.parametrize("kind", ["int32", "uint16", "float32", "float64", "complex128", "U"])
+def test_non_native_byte_order(kind):
+    """Byte-swapped inputs give the values of native ones (the result is in native order)."""
+    rng = np.random.default_rng(3)
+    data = random_values(kind, (3, 4), rng)
+    updates = random_values(kind, (5, 4), rng)
+    indices = random_indices((5, 4), 3, np.dtype(np.int32), rng)
+    swapped = [a.astype(a.dtype.newbyteorder()) for a in (data, indices, updates)]
+    reduction = "add"
+    expected = oracle.scatter_elements(data, indices, updates, 0, reduction)
+    result = sx.scatter_elements(*swapped, 0, reduction)
+    assert result.dtype.isnative
+    assert_identical(result, expected)
+    assert_identical(sx.gather_elements(swapped[0], swapped[1][:2]), oracle.gather_elements(data, indices[:2]))
+
+
+def test_out_may_alias_the_inputs():
+    """out= may be updates or share memory with an input: the inputs are read as they were."""
+    data = np.arange(9.0).reshape(3, 3)
+    indices = np.array([[2, 0, 1], [0, 0, 2], [1, 2, 2]])
+    updates = np.arange(10.0, 19.0).reshape(3, 3)
+    expected = oracle.scatter_elements(data, indices, updates, 0, "add")
+    aliased = updates.copy()
+    assert_identical(sx.scatter_elements(data, indices, aliased, 0, "add", out=aliased), expected)
+    # out overlaps data shifted by one column.
+    buffer = np.zeros((3, 4))
+    buffer[:, 1:] = data
+    shifted_data = buffer[:, 1:]
+    assert_identical(sx.scatter_elements(shifted_data, indices, updates, 0, "add", out=buffer[:, :3]), expected)
+    gathered = oracle.gather_elements(data, indices, 1)
+    source = data.copy()
+    assert_identical(sx.gather_elements(source, indices, 1, out=source), gathered)
+
+
+def test_fixed_width_result_widths():
+    """U/S results: NumPy's promoted width of data and updates, widened as concatenation needs."""
+    data = np.array(["a", "b"], "U1")
+    wide = np.array(["xyz"], "U5")
+    result = sx.scatter_elements(data, [0], wide)
+    assert_identical(result, np.array(["xyz", "b"], "U5"))
+    longer = sx.scatter_elements(np.array([b"ab"], "S2"), [0, 0], np.array([b"cd", b"e"], "S2"), reduction="add")
+    assert_identical(longer, np.array([b"abcde"], "S5"))
+    narrow = sx.scatter_elements(np.array(["abc"], "U3"), [0], np.array(["z"], "U1"), reduction="max")
+    assert_identical(narrow, np.array(["z"], "U3"))
