@@ -360,3 +360,16 @@ def test_bfloat16_initializer_round_trip():
     back = Graph.from_onnx(g.to_onnx())
     assert back.initializers["w"].dtype == np.dtype(ml_dtypes.bfloat16)
     assert back.to_onnx().opset_import[0].version == 13
+
+
+def test_generic_node_of_the_two_operators_gets_their_checks():
+    g = Graph()
+    x = g.input("x", "float32", (3, 4))
+    wide = g.input("wide", "int64", (2, 5))
+    with pytest.raises(ValueError, match=r"node 'n' \(GatherElements\).*dimension 1 has 5 > 4"):
+        g.node("GatherElements", [x, wide], name="n")
+    i = g.input("i", "int64", (2, 4))
+    y = g.node("ScatterElements", [x, i, g.input("u", "float32", (2, 4))], name="s", reduction="min", axis=0)
+    assert (y.shape, g.get_lda_coeff("s")) == ((3, 4), 1.0)
+    g.output(y)
+    assert g.to_onnx().opset_import[0].version == 18

@@ -318,3 +318,12 @@ def test_cli_run_output_file_names_stay_in_the_folder():
     assert file_name("a/b", taken) == "a_b.npy"
     assert file_name("a:b", taken) == "a_b_1.npy"
     assert file_name("..", taken) == "_.npy"
+
+
+def test_the_three_operators_run_on_scatterx_kernels():
+    from scatterx.onnx import _reference_ops
+
+    g = _scatter_graph("add", "float32", (3, 2), (1, 2), 0)
+    g.output(g.gather_elements("y", np.array([[0, 1]]), name="g"))
+    kinds = {type(op) for op in Session(g)._evaluator.rt_nodes_}
+    assert kinds == {_reference_ops.ScatterElements, _reference_ops.GatherElements}

@@ -432,6 +432,12 @@ class Graph:
         input types against the operator's type constraints (TypeError); other problems are
         ValueErrors. Both name the node.
         """
+        own = {"ScatterElements": (self.scatter_elements, 3), "GatherElements": (self.gather_elements, 2)}
+        if op_type in own and len(inputs) == own[op_type][1] and n_outputs in (None, 1):
+            # The dedicated builders check more than ONNX inference does (index types, fits).
+            builder = own[op_type][0]
+            return builder(*inputs, name=name, output_names=output_names, training=training,
+                           lda_coeff=lda_coeff, **attributes)
         with self._adding():
             if not isinstance(op_type, str) or not op_type:
                 raise TypeError(f"op_type must be a non-empty string, got {op_type!r}")
