@@ -263,7 +263,7 @@ void parallel_blocks(const FiberSpace& fs, char* const base[3], int fparts, int 
 }
 
 // How to split `work` elements over `nfib` fibers: by fibers when there are enough of them,
-// otherwise along the second dimension.
+// otherwise along the second dimension (gather: axis positions are independent).
 inline std::pair<int, int> choose_parts(int64_t nfib, int64_t work) {
     const int threads = ThreadPool::instance().num_threads();
     if (work < kParallelGrain || threads <= 1) return {1, 1};
@@ -272,31 +272,46 @@ inline std::pair<int, int> choose_parts(int64_t nfib, int64_t work) {
     return {1, useful};
 }
 
-// Scatter of one block of fibers. Filter: apply only updates whose (normalised) target lies in
-// [vlo, vhi); the others go to a private dummy so the loop stays branch-free. Out-of-bounds
-// indices are never applied; they raise `bad`.
-template <class T, class I, Reduction R, bool Filter> struct ScatterBlock {
-    int64_t size, ostr, vlo, vhi;
+// How far ahead the kernels prefetch random targets: rows (row-wise walk) and elements (fiber walk).
+inline constexpr int64_t kPrefetchRows = 8;
+inline constexpr int64_t kPrefetchAhead = 16;
+inline constexpr int64_t kCacheBytes = int64_t(2) << 20;
+
+// Scatter of one block of fibers. Out-of-bounds indices are never applied; they raise `bad`.
+template <class T, class I, Reduction R> struct ScatterBlock {
+    int64_t size, ostr;
     bool* bad;
 
     void fiber(char* op, const char* ip, const char* up, int64_t na, int64_t is, int64_t us) const {
-        T dummy{};
+        if (is == int64_t(sizeof(I)) && us == int64_t(sizeof(T)) && ostr == int64_t(sizeof(T))) {
+            // Contiguous fibers (a 1-D histogram, say): typed addressing, no stride products.
+            const I* iv = reinterpret_cast<const I*>(ip);
+            const T* uv = reinterpret_cast<const T*>(up);
+            T* ov = reinterpret_cast<T*>(op);
+            // Prefetching pays only when the fiber does not fit in the cache anyway.
+            const int64_t ahead = size * int64_t(sizeof(T)) > kCacheBytes ? kPrefetchAhead : na;
+            for (int64_t j = 0; j < na; ++j) {
+                if (j + ahead < na && in_bounds(iv[j + ahead], size))
+                    __builtin_prefetch(ov + normalise(iv[j + ahead], size), 1);
+                const I raw = iv[j];
+                if (!in_bounds(raw, size)) { *bad = true; continue; }
+                Reducer<R>::apply(ov[normalise(raw, size)], uv[j]);
+            }
+            return;
+        }
         for (int64_t j = 0; j < na; ++j) {
             const I raw = *reinterpret_cast<const I*>(ip + j * is);
             if (!in_bounds(raw, size)) { *bad = true; continue; }
-            const int64_t v = normalise(raw, size);
-            T* dst = reinterpret_cast<T*>(op + v * ostr);
-            if constexpr (Filter) dst = (v >= vlo && v < vhi) ? dst : &dummy;
+            T* dst = reinterpret_cast<T*>(op + normalise(raw, size) * ostr);
             Reducer<R>::apply(*dst, *reinterpret_cast<const T*>(up + j * us));
         }
     }
 };
 
-template <class T, class I, Reduction R, bool Filter>
-void scatter_rows(const ScatterBlock<T, I, R, Filter>& sb, char* const* p, int64_t count,
+template <class T, class I, Reduction R>
+void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count,
                   const int64_t* in, int64_t na, const int64_t* astr) {
     const bool contiguous = in[0] == int64_t(sizeof(T)) && in[2] == int64_t(sizeof(T));
-    T dummy{};
     for (int64_t j = 0; j < na; ++j) {
         const char* ip = p[1] + j * astr[1];
         const T* up = reinterpret_cast<const T*>(p[2] + j * astr[2]);
@@ -316,21 +331,25 @@ void scatter_rows(const ScatterBlock<T, I, R, Filter>& sb, char* const* p, int64
             }
             if (constant) {
                 if (!in_bounds(first, sb.size)) { *sb.bad = true; continue; }
-                const int64_t v = normalise(first, sb.size);
-                if constexpr (Filter) {
-                    if (v < sb.vlo || v >= sb.vhi) continue;
-                }
-                T* __restrict dst = reinterpret_cast<T*>(p[0] + v * sb.ostr);
+                T* __restrict dst = reinterpret_cast<T*>(p[0] + normalise(first, sb.size) * sb.ostr);
                 for (int64_t k = 0; k < count; ++k) Reducer<R>::apply(dst[k], up[k]);
                 continue;
+            }
+        }
+        if (j + kPrefetchRows < na) {
+            // Targets are random rows: ask for the lines of a later row now, so that many
+            // cache misses are in flight at once instead of one after another.
+            const char* pip = ip + kPrefetchRows * astr[1];
+            for (int64_t k = 0; k < count; ++k) {
+                const I raw = *reinterpret_cast<const I*>(pip + k * in[1]);
+                if (in_bounds(raw, sb.size))
+                    __builtin_prefetch(p[0] + k * in[0] + normalise(raw, sb.size) * sb.ostr, 1);
             }
         }
         for (int64_t k = 0; k < count; ++k) {
             const I raw = *reinterpret_cast<const I*>(ip + k * in[1]);
             if (!in_bounds(raw, sb.size)) { *sb.bad = true; continue; }
-            const int64_t v = normalise(raw, sb.size);
-            T* dst = reinterpret_cast<T*>(p[0] + k * in[0] + v * sb.ostr);
-            if constexpr (Filter) dst = (v >= sb.vlo && v < sb.vhi) ? dst : &dummy;
+            T* dst = reinterpret_cast<T*>(p[0] + k * in[0] + normalise(raw, sb.size) * sb.ostr);
             Reducer<R>::apply(*dst, *reinterpret_cast<const T*>(p[2] + j * astr[2] + k * in[2]));
         }
     }
@@ -345,26 +364,22 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
     // Axis before the inner fiber dimension: walk each axis position across the block of fibers
     // (contiguous inner loop). Axis after it: finish one fiber before the next.
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
-    auto [fparts, xparts] = choose_parts(fs.nfib, fs.nfib * fs.na);
+    // Only fibers are split: one fiber's updates stay in order on one thread. (Splitting a few
+    // long fibers by destination range was measured: each thread then pays a filter on every
+    // update, about twice the cost of applying it, so two threads gain nothing.)
+    const int fparts = choose_parts(fs.nfib, fs.nfib * fs.na).first;
     std::atomic<bool> bad{false};
-    auto run = [&](auto filter) {
-        constexpr bool Filter = decltype(filter)::value;
-        parallel_blocks(fs, base, fparts, xparts, [&](char* const* p, int64_t count, const int64_t* in,
-                                                      int xp, int xn) {
-            auto [vlo, vhi] = split_range(g.axis_size, xp, xn);
-            bool local_bad = false;
-            ScatterBlock<T, I, R, Filter> sb{g.axis_size, g.axis_stride, vlo, vhi, &local_bad};
-            if (count == 1 || !axis_outer) {
-                for (int64_t k = 0; k < count; ++k)
-                    sb.fiber(p[0] + k * in[0], p[1] + k * in[1], p[2] + k * in[2], fs.na, fs.astr[1], fs.astr[2]);
-            } else {
-                scatter_rows(sb, p, count, in, fs.na, fs.astr);
-            }
-            if (local_bad) bad.store(true, std::memory_order_relaxed);
-        });
-    };
-    if (xparts > 1) run(std::true_type{});
-    else run(std::false_type{});
+    parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
+        bool local_bad = false;
+        ScatterBlock<T, I, R> sb{g.axis_size, g.axis_stride, &local_bad};
+        if (count == 1 || !axis_outer) {
+            for (int64_t k = 0; k < count; ++k)
+                sb.fiber(p[0] + k * in[0], p[1] + k * in[1], p[2] + k * in[2], fs.na, fs.astr[1], fs.astr[2]);
+        } else {
+            scatter_rows(sb, p, count, in, fs.na, fs.astr);
+        }
+        if (local_bad) bad.store(true, std::memory_order_relaxed);
+    });
     return !bad.load();
 }
 
