@@ -91,7 +91,9 @@ def test_an_unsupported_case_becomes_a_note():
     result = _bench.run_case(TINY, [SCATTERX, Impl("partial", prepare)], SETTINGS, bandwidth=1e9)
     assert result.impls["partial"].status == "skipped"
     assert result.speedup is None and not result.failed
-    assert "tiny_3x3 / partial: skipped: no such kernel" in _bench._notes([result], ["scatterx", "partial"])
+    notes = _bench._notes([result], ["scatterx", "partial"])
+    assert "tiny_3x3 / partial: skipped: no such kernel" in notes
+    assert "tiny_3x3 / scatterx: unchecked: no peer ran this case" in notes
 
 
 def test_moved_bytes_is_the_streaming_formula():

@@ -167,8 +167,8 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind in "fiuV" else a
 
 
-def compare(case: Case, exact: bool, ours: tuple[np.ndarray, ...], theirs: tuple[np.ndarray, ...]) -> str | None:
-    """None when `theirs` agrees with `ours`; otherwise what differs, for the error message."""
+def compare(case: Case, exact: bool, ours: tuple[np.ndarray, ...], theirs: tuple[np.ndarray, ...]):
+    """None when `theirs` agrees with `ours` (bitwise if `exact`); otherwise a message saying what differs."""
     if len(ours) != len(theirs):
         return f"{len(theirs)} results instead of {len(ours)}"
     for k, (a, b) in enumerate(zip(ours, theirs)):
@@ -234,6 +234,9 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, bandwidth: float
             samples_ms=[1e3 * s for s in timing.samples],
         )
         del prepared
+    ours = result.impls.get("scatterx")
+    if ours is not None and ours.status == "ok" and result.peer_best() is None:
+        ours.note = "unchecked: no peer ran this case"
     return result
 
 
@@ -288,7 +291,9 @@ def memory_probe(name: str, quick: bool, threads: int) -> dict:
     report = {
         "case": name,
         "output_bytes": output_bytes,
-        "input_bytes": sum(a.nbytes for a in (inputs.data, inputs.indices, inputs.updates, inputs.grad) if a is not None),
+        "input_bytes": sum(
+            a.nbytes for a in (inputs.data, inputs.indices, inputs.updates, inputs.grad) if a is not None
+        ),
     }
     try:
         before = _status_kib("VmRSS")
@@ -370,7 +375,9 @@ def format_table(results: list[CaseResult], names: list[str]) -> str:
     left = {0, 1, len(head) - 4}
 
     def line(cells):
-        return "  ".join(str(c).ljust(w) if k in left else str(c).rjust(w) for k, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(
+            str(c).ljust(w) if k in left else str(c).rjust(w) for k, (c, w) in enumerate(zip(cells, widths))
+        )
 
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
 
@@ -380,7 +387,7 @@ def _notes(results: list[CaseResult], names: list[str]) -> list[str]:
     for r in results:
         for name in names:
             res = r.impls.get(name)
-            if res is None or res.status == "ok":
+            if res is None or not res.note:
                 continue
             if res.note.endswith("is not installed"):
                 key = (name, res.note)
@@ -389,7 +396,8 @@ def _notes(results: list[CaseResult], names: list[str]) -> list[str]:
                 seen.add(key)
                 notes.append(f"{name}: {res.note} (its column is empty)")
             else:
-                notes.append(f"{r.name} / {name}: {res.status}: {res.note}")
+                status = "" if res.status == "ok" else f"{res.status}: "
+                notes.append(f"{r.name} / {name}: {status}{res.note}")
     return notes
 
 
@@ -444,7 +452,8 @@ def plot(results: list[CaseResult], names: list[str], path: str, title: str) -> 
             if res is not None and res.status == "ok":
                 ys.append(row + (k - (len(peers) - 1) / 2) * height)
                 xs.append(res.ms / r.ours)
-        ax.barh(ys, [x - 1 for x in xs], left=1, height=height, label=name, color=colors[(k + 1) % len(colors)])
+        color = colors[(k + 1) % len(colors)]
+        ax.barh(ys, [x - 1 for x in xs], left=1, height=height, label=name, color=color)
     bounds = [(row, r.bound_ms / r.ours) for row, r in enumerate(shown) if r.bound_ms]
     if bounds:
         ax.scatter([b[1] for b in bounds], [b[0] for b in bounds], marker="|", s=300, color="black",
@@ -496,15 +505,18 @@ def _load() -> list[float] | None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``scatterx bench`` (shared with benchmarks/run.py)."""
-    parser.add_argument("--quick", action="store_true", help="smaller arrays and shorter samples (under a minute)")
-    parser.add_argument("--cases", metavar="PATTERNS", help="comma-separated case names or shell patterns, e.g. 'mp_*,tiny_3x3'")
-    parser.add_argument("--peers", metavar="NAMES", help="comma-separated peers to compare (default: all of numpy, torch, onnxruntime)")
-    parser.add_argument("--threads", type=int, metavar="N", help="threads for scatterx, PyTorch and onnxruntime (default: scatterx's)")
-    parser.add_argument("--repeat", type=int, metavar="N", help="samples per figure, at least 5 (default: 7, quick: 5)")
-    parser.add_argument("--json", metavar="FILE", help="write every figure to FILE as JSON")
-    parser.add_argument("--plot", metavar="FILE.png", help="draw the table to FILE.png (needs matplotlib)")
-    parser.add_argument("--no-memory", action="store_true", help="skip the memory and out=data checks")
-    parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    add = parser.add_argument
+    add("--quick", action="store_true", help="smaller arrays and shorter samples (under a minute)")
+    add("--cases", metavar="PATTERNS", help="comma-separated names or shell patterns, e.g. 'mp_*,tiny_3x3'")
+    add("--peers", metavar="NAMES", help="comma-separated peers (default: all of numpy, torch, onnxruntime)")
+    add(
+        "--threads", type=int, metavar="N", help="threads of scatterx, PyTorch, onnxruntime (default: scatterx's)",
+    )
+    add("--repeat", type=int, metavar="N", help="samples per figure, at least 5 (default: 7, quick: 5)")
+    add("--json", metavar="FILE", help="write every figure to FILE as JSON")
+    add("--plot", metavar="FILE.png", help="draw the table to FILE.png (needs matplotlib)")
+    add("--no-memory", action="store_true", help="skip the memory and out=data checks")
+    add("--list", action="store_true", help="list the cases and exit")
 
 
 def _implementations(peers: str | None) -> list[Impl]:

@@ -14,9 +14,6 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-OPS = ("scatter", "gather", "scatter_vjp", "gather_vjp")
-
-
 @dataclass(frozen=True)
 class Family:
     """A shape of the benchmark matrix and how its indices and values are drawn.
@@ -60,7 +57,7 @@ class Case:
     """
 
     name: str
-    op: str
+    op: str  # "scatter", "gather", "scatter_vjp" or "gather_vjp"
     family: str
     reduction: str = "none"
     dtype: str = "float32"
