@@ -34,7 +34,8 @@ def test_define_handles():
     assert w.shape == (3, 2) and g["w"] is w and g["x"] is x
     assert g.trainable == ["w"]
     b = g.initializer("b", np.zeros(2, F32), trainable=False)
-    assert g.trainable == ["w"] and "b" in g
+    g.initializer("idx", np.arange(3))  # integers are constants, whatever the flag
+    assert g.trainable == ["w"] and "b" in g and "idx" in g
     with pytest.raises(KeyError, match="nope"):
         g["nope"]
     with pytest.raises(ValueError, match="already used"):
@@ -286,7 +287,7 @@ def test_add_nodes_to_an_imported_graph():
     model = g.to_onnx()
     assert [n.name for n in model.graph.node][-1] == "again"
     old = Graph.from_onnx(cases["test_scatter_with_axis"].model)  # opset 10, deprecated Scatter
-    with pytest.raises(ValueError, match="only up to opset 10"):
+    with pytest.raises(ValueError, match="only up to opset 10, but the new node needs opset 16"):
         old.scatter_elements(old.inputs[0], old.inputs[1], old.inputs[2], reduction="add")
 
 

@@ -327,3 +327,18 @@ def test_the_three_operators_run_on_scatterx_kernels():
     g.output(g.gather_elements("y", np.array([[0, 1]]), name="g"))
     kinds = {type(op) for op in Session(g)._evaluator.rt_nodes_}
     assert kinds == {_reference_ops.ScatterElements, _reference_ops.GatherElements}
+
+
+@pytest.mark.parametrize("shape", [(6,), (3, 5), (2, 3, 4)])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_gather_models_equal_onnxruntime(shape, index_dtype):
+    rng = np.random.default_rng(len(shape))
+    for axis in range(-len(shape), len(shape)):
+        index_shape = tuple(rng.integers(1, s + 1) if d != axis % len(shape) else 7 for d, s in enumerate(shape))
+        g = Graph()
+        x = g.input("x", "float64", shape)
+        i = g.input("i", index_dtype, index_shape)
+        g.output(g.gather_elements(x, i, axis=axis, output_names=["y"]))
+        n = shape[axis]
+        feeds = {"x": rng.standard_normal(shape), "i": rng.integers(-n, n, index_shape).astype(index_dtype)}
+        np.testing.assert_array_equal(Session(g).run(feeds)["y"], _ort(g.to_onnx(), feeds)[0])

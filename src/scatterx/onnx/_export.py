@@ -71,11 +71,13 @@ def default_opset(graph: Graph, extra: int = 0) -> int:
     floor = _opset.FLOOR if graph._imported is None else graph._defined_opset()
     ranges = [(n, *_node_needs(graph, n)) for n in graph._nodes if _is_default(n.proto.domain)]
     opset = max([floor, extra] + [low for _, low, _ in ranges])
-    for node, low, high in ranges:
+    for node, _, high in ranges:
         if high < opset:
+            needing = [f"node {n.name!r} ({n.op_type})" for n, low, _ in ranges if low == opset]
+            why = needing[0] if needing else "the new node" if extra == opset else "the imported model"
             raise ValueError(
                 f"node {node.name!r} ({node.op_type}) keeps its meaning only up to opset {high}, "
-                f"but the graph needs opset {opset}"
+                f"but {why} needs opset {opset}"
             )
     return opset
 
@@ -294,7 +296,7 @@ def from_onnx(model_or_path: object) -> Graph:
         else:
             g.initializer(name, arr, trainable=trainable is None or name in trainable)
     defaults = {o.domain: o.version for o in model.opset_import}
-    for k, proto in enumerate(gp.node):
+    for proto in gp.node:
         proto = onnx.NodeProto.FromString(proto.SerializeToString())
         if not proto.name or proto.name in g._by_name:
             proto.name = g._node_name(None, proto.op_type) if not proto.name else _fresh(g, proto.name)

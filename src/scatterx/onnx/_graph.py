@@ -14,6 +14,7 @@ import onnx.defs
 from onnx import helper, numpy_helper
 
 from .._rules import (
+    FLOAT_DTYPES,
     check_reduction,
     check_reduction_for_dtype,
     dtype_category,
@@ -217,8 +218,12 @@ class Graph:
 
     @property
     def trainable(self) -> list[str]:
-        """Names of the trainable initializers, in definition order."""
-        return [n for n in self._initializers if n in self._trainable]
+        """Names of the trainable initializers, in definition order.
+
+        Only floating-point initializers can be trained: integer ones (indices, shapes) are
+        constants whatever their flag says.
+        """
+        return [n for n, a in self._initializers.items() if n in self._trainable and a.dtype in FLOAT_DTYPES]
 
     @property
     def nodes(self) -> list[Node]:

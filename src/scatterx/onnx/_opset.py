@@ -10,7 +10,7 @@ have their own rule (SPEC section 6).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import onnx
 import onnx.defs
@@ -42,7 +42,7 @@ def gather_needs(bfloat16: bool) -> int:
     return 13 if bfloat16 else 11
 
 
-@lru_cache(maxsize=None)
+@cache
 def _versions(op_type: str, domain: str) -> tuple[int, ...]:
     """Every since_version of an operator, oldest first."""
     versions = []
