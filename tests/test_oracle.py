@@ -101,3 +101,22 @@ def test_reference_gather_negative_axis():
         reference(model, data=data, indices=indices)
     expected = np.array([[2.0, 0.0], [3.0, 5.0]])
     assert_identical(oracle.gather_elements(data, indices, -1), expected)
+
+
+# (name, reduction, data, updates, reference result, oracle result): NaN by order in the reference.
+REFERENCE_NAN = [
+    ("max NaN update ignored", "max", [1.0], [np.nan], [1.0], [np.nan]),
+    ("min NaN update ignored", "min", [1.0], [np.nan], [1.0], [np.nan]),
+    ("max NaN data kept", "max", [np.nan], [1.0], [np.nan], [np.nan]),
+]
+
+
+@pytest.mark.parametrize(
+    ("reduction", "data", "updates", "theirs", "ours"), [c[1:] for c in REFERENCE_NAN], ids=[c[0] for c in REFERENCE_NAN]
+)
+def test_reference_nan_is_order_dependent(reduction, data, updates, theirs, ours):
+    """A divergence of onnx.reference, kept true here: Python's max/min decide NaN by order."""
+    data, updates, indices = np.array(data), np.array(updates), np.zeros(len(updates), np.int64)
+    model = one_node_model("ScatterElements", data, indices, updates, axis=0, reduction=reduction)
+    assert_identical(reference(model, data=data, indices=indices, updates=updates), np.array(theirs))
+    assert_identical(oracle.scatter_elements(data, indices, updates, 0, reduction), np.array(ours))

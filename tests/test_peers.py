@@ -295,3 +295,44 @@ def test_torch_scatter_with_duplicates_is_documented_nondeterministic():
 def test_torch_has_no_string_tensors():
     with pytest.raises((TypeError, ValueError, RuntimeError)):
         torch.tensor(np.array(["a"], object))
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy
+
+
+def test_numpy_maximum_takes_the_second_operand_on_signed_zero_ties():
+    """np.maximum(current, update) would turn -0.0 into +0.0; scatterx keeps the current value."""
+    current, update = np.array([-0.0] * 4), np.array([0.0] * 4)
+    assert_identical(np.maximum(current, update), np.array([0.0] * 4))
+    assert_identical(np.minimum(update, current), np.array([-0.0] * 4))
+    assert_identical(sx.scatter_elements(current, [0, 1, 2, 3], update, reduction="max"), current)
+    assert_identical(sx.scatter_elements(update, [0, 1, 2, 3], current, reduction="min"), update)
+
+
+def test_numpy_put_along_axis_truncates_fixed_width_strings():
+    data = np.array(["a", "b"], "U1")
+    numpy_result = data.copy()
+    np.put_along_axis(numpy_result, np.array([0]), np.array(["xyz"]), axis=0)
+    assert_identical(numpy_result, np.array(["x", "b"], "U1"))
+    assert_identical(sx.scatter_elements(data, [0], np.array(["xyz"])), np.array(["xyz", "b"], "U3"))
+
+
+def test_numpy_char_add_width_is_the_sum_of_widths():
+    data, updates = np.array(["ab"], "U3"), np.array(["c"], "U3")
+    assert np.char.add(data, updates).dtype == np.dtype("U6")
+    assert_identical(sx.scatter_elements(data, [0], updates, reduction="add"), np.array(["abc"], "U3"))
+
+
+def test_numpy_ufunc_at_agrees():
+    """np.add.at / np.multiply.at apply duplicates in order, like scatterx (float16 included)."""
+    rng = np.random.default_rng(5)
+    for dtype in (np.float16, np.float32, np.int8):
+        data = (rng.random(7) * 4).astype(dtype)
+        updates = (1 + rng.random(40)).astype(dtype)
+        indices = rng.integers(0, 7, 40)
+        for reduction, ufunc in (("add", np.add), ("mul", np.multiply)):
+            expected = data.copy()
+            with np.errstate(over="ignore"):
+                ufunc.at(expected, indices, updates)
+            assert_identical(sx.scatter_elements(data, indices, updates, reduction=reduction), expected)
