@@ -49,6 +49,9 @@ def test_quick_run_prints_the_table_and_writes_json(tmp_path, capsys):
         assert case["impls"]["numpy"]["status"] == "ok"
     assert report["copy_bandwidth_bytes_per_s"] > 0
     assert report["failures"] == []
+    latency = next(t for t in report["targets"] if t["goal"] == "a 3x3 call <= 2 us")
+    assert latency["met"] == (report["cases"][0]["impls"]["scatterx"]["ms"] <= 2e-3 and
+                              report["cases"][1]["impls"]["scatterx"]["ms"] <= 2e-3)
 
 
 def test_a_wrong_peer_is_reported_not_timed():

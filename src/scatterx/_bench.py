@@ -430,6 +430,44 @@ def format_inplace(inplace: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def targets(results: list[CaseResult], cases: list[Case], memory: list[dict]) -> list[tuple[str, bool, str]]:
+    """The goals of SPEC section 8, each as (goal, met, the figures that decide it)."""
+    timed = [r for r in results if r.speedup and not r.failed]
+    out = []
+    if timed:
+        slower = [r.name for r in timed if r.speedup < 1]
+        out.append((
+            "no case slower than the best peer", not slower,
+            f"{len(slower)} of {len(timed)} slower" + (f": {', '.join(slower)}" if slower else ""),
+        ))
+        geomean = geometric_mean([r.speedup for r in timed])
+        out.append(("geometric mean >= 2x the best peer", geomean >= 2, f"{_fmt(geomean)}x"))
+    bounded = [r for r in results if r.bound_ratio and not r.failed]
+    if bounded:
+        far = [f"{r.name} {_fmt(r.bound_ratio)}x" for r in bounded if r.bound_ratio > 1.5]
+        out.append((
+            "large cases within 1.5x of the streaming bound (where reachable)", not far,
+            f"{len(bounded) - len(far)} of {len(bounded)} within"
+            + (f"; beyond: {', '.join(far)}" if far else ""),
+        ))
+    latency = {c.name: r.ours for r, c in zip(results, cases) if c.family == "tiny" and r.ours}
+    if latency:
+        out.append((
+            "a 3x3 call <= 2 us", all(ms <= 2e-3 for ms in latency.values()),
+            ", ".join(f"{name} {_fmt(1e3 * ms)} us" for name, ms in latency.items()),
+        ))
+    if memory:
+        shares = {
+            m["case"]: max(m["numpy_extra_bytes"], m["rss_extra_bytes"] or 0) / m["input_bytes"] for m in memory
+        }
+        worst = max(shares, key=shares.get)
+        out.append((
+            "extra memory beyond the output <= 5% of the inputs", shares[worst] <= 0.05,
+            f"at most {100 * shares[worst]:.1f}% ({worst})",
+        ))
+    return out
+
+
 def plot(results: list[CaseResult], names: list[str], path: str, title: str) -> None:
     """Horizontal bars from 1 (scatterx) to each peer's time relative to scatterx (log scale).
 
@@ -510,7 +548,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--cases", metavar="PATTERNS", help="comma-separated names or shell patterns, e.g. 'mp_*,tiny_3x3'")
     add("--peers", metavar="NAMES", help="comma-separated peers (default: all of numpy, torch, onnxruntime)")
     add(
-        "--threads", type=int, metavar="N", help="threads of scatterx, PyTorch, onnxruntime (default: scatterx's)",
+        "--threads", type=int, metavar="N",
+        help="threads of scatterx, PyTorch and onnxruntime (default: scatterx's)",
     )
     add("--repeat", type=int, metavar="N", help="samples per figure, at least 5 (default: 7, quick: 5)")
     add("--json", metavar="FILE", help="write every figure to FILE as JSON")
@@ -621,6 +660,11 @@ def run(args: argparse.Namespace) -> int:
         print(format_memory(memory))
     if inplace:
         print(format_inplace(inplace))
+    goals = targets(results, cases, memory)
+    if goals:
+        print("SPEC section 8 targets:")
+        for goal, met, figures in goals:
+            print(f"  [{'met' if met else 'NOT met'}] {goal}: {figures}")
     failures = [r.name for r in results if r.failed]
     _progress(f"done in {time.perf_counter() - started:.0f} s")
 
@@ -640,6 +684,7 @@ def run(args: argparse.Namespace) -> int:
             "geometric_mean_speedup": geomean,
             "memory": memory,
             "inplace": inplace,
+            "targets": [{"goal": g, "met": m, "figures": f} for g, m, f in goals],
             "failures": failures,
         }
         with open(args.json, "w") as f:
