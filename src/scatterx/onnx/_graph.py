@@ -25,8 +25,8 @@ from ._types import Shape, Tensor, as_dtype, as_shape, from_type_proto, type_str
 
 _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 _BFLOAT16 = as_dtype("bfloat16")
-# Initializers and constants up to this size are handed to shape inference, so that shape
-# arguments (Reshape, Expand, Unsqueeze axes, ...) give static output shapes.
+# Integer initializers and constants up to this size are handed to shape inference, so that
+# shape arguments (Reshape, Expand, Unsqueeze axes, ...) give static output shapes.
 _KNOWN_VALUE_LIMIT = 4096
 
 TensorLike = Tensor | str | np.ndarray
@@ -157,12 +157,16 @@ class Graph:
         self._initializers[name] = arr
         if _check_training(trainable):
             self._trainable.add(name)
-        if arr.size <= _KNOWN_VALUE_LIMIT:
+        if arr.dtype.kind in "iu" and arr.size <= _KNOWN_VALUE_LIMIT:
             self._known_values[name] = arr
         return tensor
 
     def set_initializer(self, name: str, array: object) -> None:
-        """Replace an initializer's value (same dtype and shape); a Session sees it at its next run."""
+        """Replace an initializer's value (same dtype and shape); a Session sees it at its next run.
+
+        Shapes already inferred from the old value (the shape input of a Reshape, say) are not
+        inferred again.
+        """
         if name not in self._initializers:
             raise KeyError(f"graph {self.name!r} has no initializer named {name!r}")
         old = self._initializers[name]
@@ -519,7 +523,7 @@ class Graph:
         from onnx.reference import ReferenceEvaluator
 
         value = np.asarray(ReferenceEvaluator(proto).run(None, {})[0])
-        if value.size <= _KNOWN_VALUE_LIMIT:
+        if value.dtype.kind in "iu" and value.size <= _KNOWN_VALUE_LIMIT:
             self._known_values[name] = value
 
     # -- per-node parameters ------------------------------------------------------------------
