@@ -374,3 +374,23 @@ def test_generic_node_of_the_two_operators_gets_their_checks():
     assert (y.shape, g.get_lda_coeff("s")) == ((3, 4), 1.0)
     g.output(y)
     assert g.to_onnx().opset_import[0].version == 18
+
+
+def test_node_with_subgraphs():
+    t = onnx.TensorProto
+    then_branch = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [],
+                                    [helper.make_tensor_value_info("t", t.FLOAT, [3])])
+    else_branch = helper.make_graph([helper.make_node("Relu", ["x"], ["e"])], "else", [],
+                                    [helper.make_tensor_value_info("e", t.FLOAT, [3])])
+    g = Graph()
+    c = g.input("c", "bool", ())
+    g.input("x", "float32", (3,))
+    g.output(g.node("If", [c], then_branch=then_branch, else_branch=else_branch, output_names=["y"]))
+    model = g.to_onnx()
+    assert model.graph.output[0].type.tensor_type.elem_type == t.FLOAT  # inferred on export
+    for cond, expected in ((True, [1, -2, 3]), (False, [0, 2, 0])):
+        feeds = {"c": np.array(cond), "x": np.array([-1, 2, -3], F32)}
+        np.testing.assert_array_equal(Session(g).run(feeds)["y"], expected)
+        np.testing.assert_array_equal(
+            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0],
+            expected)
