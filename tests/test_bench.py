@@ -123,6 +123,37 @@ def test_memory_probe_sees_no_allocation_beyond_the_output():
     assert report["numpy_extra_bytes"] <= 0.05 * report["input_bytes"]
 
 
+_PROBE = """
+import ctypes, json, numpy as np
+from scatterx._bench import peak_extra
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+def native():  # 32 MiB that only the resident set can see
+    p = libc.malloc(32 << 20)
+    ctypes.memset(p, 1, 32 << 20)
+    libc.free(ctypes.c_void_p(p))
+def numpy_temp():  # 32 MiB that NumPy reports to tracemalloc
+    np.ones(4 << 20).sum()
+print(json.dumps([peak_extra(native, 0), peak_extra(numpy_temp, 0)]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak RSS is read from /proc")
+def test_the_memory_instrument_sees_native_and_numpy_allocations():
+    import os
+    import subprocess
+
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, check=True)
+    native, numpy_temp = json.loads(proc.stdout)
+    mib = 1 << 20
+    assert native["numpy_extra_bytes"] < mib
+    assert numpy_temp["numpy_extra_bytes"] >= 32 * mib
+    if native["rss_extra_bytes"] is not None:
+        assert native["rss_extra_bytes"] >= 31 * mib
+        assert numpy_temp["rss_extra_bytes"] >= 31 * mib
+
+
 def test_plot_needs_matplotlib(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(SystemExit, match=r"pip install 'scatterx\[plot\]'"):

@@ -274,27 +274,18 @@ def _status_kib(field_name: str) -> int:
     raise OSError(f"no {field_name} in /proc/self/status")
 
 
-def memory_probe(name: str, quick: bool, threads: int) -> dict:
-    """Peak memory of one scatterx call beyond its output, in this process.
+def peak_extra(run, output_bytes: int) -> dict:
+    """Peak memory of one call of `run` beyond `output_bytes`, seen two ways.
 
-    Two views: NumPy's allocations, which NumPy reports to tracemalloc, and the peak resident
-    set (Linux: ``/proc/self/clear_refs`` resets the peak, ``VmHWM`` reads it), which also sees
-    native allocations. Run it in a fresh process (``_memory_subprocess``).
+    "numpy_extra_bytes": the peak of the allocations that tracemalloc sees (NumPy reports its
+    arrays to it). "rss_extra_bytes": the peak resident set during the call minus the one
+    before (Linux: ``/proc/self/clear_refs`` resets the peak, ``VmHWM`` reads it), which also
+    sees native allocations; None where the peak cannot be reset.
     """
     import tracemalloc
 
-    case = next(c for c in CASES if c.name == name)
-    inputs = build_inputs(case, quick)
-    run = _prepare_scatterx(case, inputs, threads).run
-    output_bytes = sum(a.nbytes for a in _as_arrays(run()))
+    report = {}
     gc.collect()
-    report = {
-        "case": name,
-        "output_bytes": output_bytes,
-        "input_bytes": sum(
-            a.nbytes for a in (inputs.data, inputs.indices, inputs.updates, inputs.grad) if a is not None
-        ),
-    }
     try:
         before = _status_kib("VmRSS")
         with open("/proc/self/clear_refs", "w") as f:
@@ -306,12 +297,33 @@ def memory_probe(name: str, quick: bool, threads: int) -> dict:
         report["rss_extra_bytes"] = None
     gc.collect()
     tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    result = run()
-    report["numpy_extra_bytes"] = tracemalloc.get_traced_memory()[1] - base - output_bytes
-    tracemalloc.stop()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        result = run()
+        report["numpy_extra_bytes"] = tracemalloc.get_traced_memory()[1] - base - output_bytes
+    finally:
+        tracemalloc.stop()
     del result
     return report
+
+
+def memory_probe(name: str, quick: bool, threads: int) -> dict:
+    """`peak_extra` of one scatterx call of case `name`, after a warm-up call.
+
+    Run it in a fresh process (``_memory_subprocess``), so that earlier work does not leave
+    freed pages that the call could reuse unseen.
+    """
+    case = next(c for c in CASES if c.name == name)
+    inputs = build_inputs(case, quick)
+    run = _prepare_scatterx(case, inputs, threads).run
+    output_bytes = sum(a.nbytes for a in _as_arrays(run()))
+    arrays = (inputs.data, inputs.indices, inputs.updates, inputs.grad)
+    return {
+        "case": name,
+        "output_bytes": output_bytes,
+        "input_bytes": sum(a.nbytes for a in arrays if a is not None),
+        **peak_extra(run, output_bytes),
+    }
 
 
 def _as_arrays(result) -> tuple[np.ndarray, ...]:
