@@ -285,11 +285,15 @@ def test_gather_agrees_with_torch():
 
 
 # Where PyTorch's gradient is not the derivative of the function it computes, as data:
-# (reduction, data, indices, updates, G) -> (our dU, PyTorch's dU). With "none", PyTorch sends
-# G to every duplicate although only the last reaches the output; its data gradient agrees.
+# (reduction, data, indices, updates, G) -> ((our dD, our dU), (PyTorch's dD, PyTorch's dU)).
+# "none": PyTorch sends G to every duplicate although only the last reaches the output.
+# "max" with a NaN result: PyTorch finds no tie (NaN != NaN), divides by 0, and every
+# participant of that target gets NaN; scatterx lets the NaN participants share G.
 TORCH_DIVERGENCES = {
     "none-duplicates": (("none", [0.0, 0.0], [1, 1, 0, 1], [1.0, 2, 3, 4], [10.0, 100]),
-                        ([0, 0, 10, 100], [100, 100, 10, 100])),
+                        (([0, 0], [0, 0, 10, 100]), ([0, 0], [100, 100, 10, 100]))),
+    "max-nan": (("max", [NAN, 1, 2], [0, 1, 1, 2], [1, NAN, NAN, 3], [2.0, 10, 100]),
+                (([2, 0, 0], [0, 5, 5, 100]), ([NAN, NAN, 0], [NAN, NAN, NAN, 100]))),
 }
 
 
@@ -297,11 +301,10 @@ TORCH_DIVERGENCES = {
 def test_known_torch_divergences(case):
     (reduction, d, i, u, g), (ours, torchs) = TORCH_DIVERGENCES[case]
     d, u, g = np.array(d), np.array(u), np.array(g)
-    our_d, our_u = sx.scatter_elements_vjp(g, d, i, u, 0, reduction)
-    torch_d, torch_u = _torch_vjp(g, d, i, u, 0, reduction)
-    np.testing.assert_array_equal(our_u, ours)
-    np.testing.assert_array_equal(torch_u, torchs)
-    np.testing.assert_array_equal(our_d, torch_d)
+    for got, want in zip(sx.scatter_elements_vjp(g, d, i, u, 0, reduction), ours):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(_torch_vjp(g, d, i, u, 0, reduction), torchs):
+        np.testing.assert_array_equal(got, want)
 
 
 # -- types, layouts, shapes, errors --------------------------------------------------------------

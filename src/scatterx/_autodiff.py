@@ -189,7 +189,8 @@ def _backward_none(res: ScatterResiduals, g: np.ndarray, cdt):
     # Written positions of data lose their gradient: the same scatter as the forward, with zeros.
     grad_data = _scatter(g, idx, np.broadcast_to(zero, idx.shape), axis, "none")
     pos = _positions(idx.shape)
-    winner = np.full(res.data_shape, -1, pos.dtype)
+    # Only written positions are read back, so the array needs no initial values.
+    winner = np.empty(res.data_shape, pos.dtype)
     _scatter(winner, idx, pos, axis, "none", out=winner)
     is_last = _gather(winner, idx, axis) == pos
     grad_updates = _gather(g, idx, axis)
