@@ -8,6 +8,8 @@ is longer.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._rules import GatherCall, ScatterCall, check_out, raise_out_of_bounds
@@ -24,10 +26,10 @@ def _targets(indices: np.ndarray, data_shape: tuple, axis: int) -> np.ndarray:
     idx = indices.astype(np.int64)
     # Summed by broadcasting ufuncs, not np.broadcast_arrays / np.ravel_multi_index: those stop
     # at 32 dimensions, NumPy arrays go to 64.
-    flat = np.where(idx < 0, idx + size, idx) * int(np.prod(data_shape[axis + 1 :], dtype=np.int64))
+    flat = np.where(idx < 0, idx + size, idx) * math.prod(data_shape[axis + 1 :])
     for d, coord in enumerate(np.indices(indices.shape, sparse=True)):
         if d != axis:
-            flat = flat + coord * int(np.prod(data_shape[d + 1 :], dtype=np.int64))
+            flat = flat + coord * math.prod(data_shape[d + 1 :])
     return flat.ravel()
 
 
