@@ -41,7 +41,9 @@ _DTYPES = {
 }
 TYPES = tuple(_DTYPES)
 REDUCTIONS = ("none", "add", "mul", "max", "min")
-INDEX_DTYPES = tuple(np.dtype(n) for n in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"))
+INDEX_DTYPES = tuple(
+    np.dtype(n) for n in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+)
 
 # The SPEC section 3 table, written out: the pairs that are a TypeError.
 _UNDEFINED = {("complex", "max"), ("complex", "min"), ("string", "mul")}
@@ -73,8 +75,22 @@ _BYTES_ALPHABET = [b"", b"a", b"b", b"ab", b"\xff", b"Z", b"a\xff", b"zz"]
 
 def _float_pool(dtype: np.dtype, nan: bool) -> np.ndarray:
     finfo = ml_dtypes.finfo(dtype) if dtype == BFLOAT16 else np.finfo(dtype)
-    pool = [0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 3.0, -2.5, math.inf, -math.inf,
-            float(finfo.max), -float(finfo.max), float(finfo.tiny), float(finfo.smallest_subnormal)]
+    pool = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        1.5,
+        3.0,
+        -2.5,
+        math.inf,
+        -math.inf,
+        float(finfo.max),
+        -float(finfo.max),
+        float(finfo.tiny),
+        float(finfo.smallest_subnormal),
+    ]
     if nan:
         pool.append(math.nan)
     return np.array(pool, dtype=np.float64)
@@ -223,8 +239,15 @@ def one_node_model(op: str, data: np.ndarray, indices: np.ndarray, updates=None,
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
-def geometries(*, max_rank: int = 3, max_dim: int = 4, max_axis_len: int = 6, allow_empty: bool = True,
-               same_off_axis: bool = False, unique: bool = False):
+def geometries(
+    *,
+    max_rank: int = 3,
+    max_dim: int = 4,
+    max_axis_len: int = 6,
+    allow_empty: bool = True,
+    same_off_axis: bool = False,
+    unique: bool = False,
+):
     """Hypothesis strategy of (data_shape, axis, index_shape); axis may be negative.
 
     same_off_axis: indices match data on every other dimension (what onnx.reference's gather

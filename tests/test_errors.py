@@ -57,10 +57,34 @@ def test_out_of_bounds_every_type_writes_nothing(kind):
 
 # (name, data shape, indices, axis, message). The first bad index in row-major order is named.
 OUT_OF_BOUNDS = [
-    ("negative", (3, 4), [[0, -5, 9]], 1, "index -5 at indices[0, 1] is out of bounds for axis 1 with size 4 (allowed: -4..3)"),
-    ("negative-axis", (2, 3), [[0], [-4]], -1, "index -4 at indices[1, 0] is out of bounds for axis 1 with size 3 (allowed: -3..2)"),
-    ("1-d", (5,), [0, 5], 0, "index 5 at indices[1] is out of bounds for axis 0 with size 5 (allowed: -5..4)"),
-    ("3-d", (2, 2, 2), [[[0, 1], [1, 0]], [[1, 1], [0, 2]]], 2, "index 2 at indices[1, 1, 1] is out of bounds for axis 2 with size 2 (allowed: -2..1)"),
+    (
+        "negative",
+        (3, 4),
+        [[0, -5, 9]],
+        1,
+        "index -5 at indices[0, 1] is out of bounds for axis 1 with size 4 (allowed: -4..3)",
+    ),
+    (
+        "negative-axis",
+        (2, 3),
+        [[0], [-4]],
+        -1,
+        "index -4 at indices[1, 0] is out of bounds for axis 1 with size 3 (allowed: -3..2)",
+    ),
+    (
+        "1-d",
+        (5,),
+        [0, 5],
+        0,
+        "index 5 at indices[1] is out of bounds for axis 0 with size 5 (allowed: -5..4)",
+    ),
+    (
+        "3-d",
+        (2, 2, 2),
+        [[[0, 1], [1, 0]], [[1, 1], [0, 2]]],
+        2,
+        "index 2 at indices[1, 1, 1] is out of bounds for axis 2 with size 2 (allowed: -2..1)",
+    ),
 ]
 
 
@@ -98,7 +122,10 @@ def test_uint64_above_int64_message_names_the_unsigned_value():
     data = np.zeros(4)
     indices = np.array([1, 2**63, 2], dtype=np.uint64)
     message = f"index {2**63} at indices[1] is out of bounds for axis 0 with size 4 (allowed: -4..3)"
-    for run in (lambda: sx.scatter_elements(data, indices, np.ones(3), out=data), lambda: sx.gather_elements(data, indices)):
+    for run in (
+        lambda: sx.scatter_elements(data, indices, np.ones(3), out=data),
+        lambda: sx.gather_elements(data, indices),
+    ):
         with pytest.raises(IndexError) as error:
             run()
         assert str(error.value) == message
@@ -107,9 +134,13 @@ def test_uint64_above_int64_message_names_the_unsigned_value():
 
 def test_empty_axis_has_no_valid_index():
     data = np.zeros((0, 2))
-    with pytest.raises(IndexError, match=r"^index 0 at indices\[0, 0\] is out of bounds for axis 0 with size 0 "):
+    with pytest.raises(
+        IndexError, match=r"^index 0 at indices\[0, 0\] is out of bounds for axis 0 with size 0 "
+    ):
         sx.scatter_elements(data, np.zeros((1, 2), int), np.ones((1, 2)))
-    with pytest.raises(IndexError, match=r"^index -1 at indices\[0, 0\] is out of bounds for axis 0 with size 0 "):
+    with pytest.raises(
+        IndexError, match=r"^index -1 at indices\[0, 0\] is out of bounds for axis 0 with size 0 "
+    ):
         sx.gather_elements(data, np.array([[-1, 0]]))
 
 
@@ -134,32 +165,89 @@ D = np.zeros((2, 3))
 I2 = np.array([[0, 1, 0], [1, 0, 1]])
 U = np.ones((2, 3))
 SHAPE_ERRORS = [
-    ("indices rank", lambda **o: sx.scatter_elements(D, np.zeros(3, int), np.ones(3), **o), ValueError,
-     r"data shape \(2, 3\).*indices shape \(3,\)"),
-    ("updates shape", lambda **o: sx.scatter_elements(D, I2, np.ones((2, 2)), **o), ValueError,
-     r"indices shape \(2, 3\).*updates shape \(2, 2\)"),
-    ("indices wider than data off the axis", lambda **o: sx.scatter_elements(D, np.zeros((2, 4), int), np.ones((2, 4)), **o),
-     ValueError, r"\(2, 4\).*\(2, 3\)"),
+    (
+        "indices rank",
+        lambda **o: sx.scatter_elements(D, np.zeros(3, int), np.ones(3), **o),
+        ValueError,
+        r"data shape \(2, 3\).*indices shape \(3,\)",
+    ),
+    (
+        "updates shape",
+        lambda **o: sx.scatter_elements(D, I2, np.ones((2, 2)), **o),
+        ValueError,
+        r"indices shape \(2, 3\).*updates shape \(2, 2\)",
+    ),
+    (
+        "indices wider than data off the axis",
+        lambda **o: sx.scatter_elements(D, np.zeros((2, 4), int), np.ones((2, 4)), **o),
+        ValueError,
+        r"\(2, 4\).*\(2, 3\)",
+    ),
     ("axis too large", lambda **o: sx.scatter_elements(D, I2, U, axis=2, **o), ValueError, r"axis 2.*rank 2"),
-    ("axis too small", lambda **o: sx.scatter_elements(D, I2, U, axis=-3, **o), ValueError, r"axis -3.*rank 2"),
-    ("axis not an integer", lambda **o: sx.scatter_elements(D, I2, U, axis=1.0, **o), TypeError, r"axis.*float"),
-    ("unknown reduction", lambda **o: sx.scatter_elements(D, I2, U, reduction="sum", **o), ValueError, r"'sum'"),
-    ("reduction not a string", lambda **o: sx.scatter_elements(D, I2, U, reduction=None, **o), TypeError, r"reduction"),
+    (
+        "axis too small",
+        lambda **o: sx.scatter_elements(D, I2, U, axis=-3, **o),
+        ValueError,
+        r"axis -3.*rank 2",
+    ),
+    (
+        "axis not an integer",
+        lambda **o: sx.scatter_elements(D, I2, U, axis=1.0, **o),
+        TypeError,
+        r"axis.*float",
+    ),
+    (
+        "unknown reduction",
+        lambda **o: sx.scatter_elements(D, I2, U, reduction="sum", **o),
+        ValueError,
+        r"'sum'",
+    ),
+    (
+        "reduction not a string",
+        lambda **o: sx.scatter_elements(D, I2, U, reduction=None, **o),
+        TypeError,
+        r"reduction",
+    ),
     ("float indices", lambda **o: sx.scatter_elements(D, I2.astype(float), U, **o), TypeError, r"float64"),
     ("bool indices", lambda **o: sx.scatter_elements(D, I2.astype(bool), U, **o), TypeError, r"bool"),
     ("object indices", lambda **o: sx.scatter_elements(D, I2.astype(object), U, **o), TypeError, r"object"),
-    ("updates dtype", lambda **o: sx.scatter_elements(D, I2, U.astype(np.float32), **o), TypeError, r"float64.*float32"),
-    ("updates not convertible", lambda **o: sx.scatter_elements(D, I2, [["a"] * 3] * 2, **o), TypeError, r"float64"),
-    ("complex max", lambda **o: sx.scatter_elements(D.astype(complex), I2, U.astype(complex), reduction="max", **o),
-     TypeError, r"'max'.*complex128"),
-    ("gather indices rank", lambda **o: sx.gather_elements(D, np.zeros((1, 1, 1), int), **o), ValueError,
-     r"\(2, 3\).*\(1, 1, 1\)"),
+    (
+        "updates dtype",
+        lambda **o: sx.scatter_elements(D, I2, U.astype(np.float32), **o),
+        TypeError,
+        r"float64.*float32",
+    ),
+    (
+        "updates not convertible",
+        lambda **o: sx.scatter_elements(D, I2, [["a"] * 3] * 2, **o),
+        TypeError,
+        r"float64",
+    ),
+    (
+        "complex max",
+        lambda **o: sx.scatter_elements(D.astype(complex), I2, U.astype(complex), reduction="max", **o),
+        TypeError,
+        r"'max'.*complex128",
+    ),
+    (
+        "gather indices rank",
+        lambda **o: sx.gather_elements(D, np.zeros((1, 1, 1), int), **o),
+        ValueError,
+        r"\(2, 3\).*\(1, 1, 1\)",
+    ),
     ("gather axis", lambda **o: sx.gather_elements(D, I2, axis=5, **o), ValueError, r"axis 5"),
-    ("gather float indices", lambda **o: sx.gather_elements(D, I2.astype(np.float32), **o), TypeError, r"float32"),
+    (
+        "gather float indices",
+        lambda **o: sx.gather_elements(D, I2.astype(np.float32), **o),
+        TypeError,
+        r"float32",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("call", "exception", "message"), [c[1:] for c in SHAPE_ERRORS], ids=[c[0] for c in SHAPE_ERRORS])
+@pytest.mark.parametrize(
+    ("call", "exception", "message"), [c[1:] for c in SHAPE_ERRORS], ids=[c[0] for c in SHAPE_ERRORS]
+)
 def test_shape_and_dtype_errors_write_nothing(call, exception, message):
     out = np.full((2, 3), 5.0)
     with pytest.raises(exception, match=message):
@@ -207,7 +295,12 @@ def test_object_elements_that_do_not_combine():
 
 @pytest.mark.parametrize(
     "data",
-    [np.zeros(2, "datetime64[s]"), np.zeros(2, "timedelta64[s]"), np.zeros(2, [("a", "i4")]), np.zeros(2, "V4")],
+    [
+        np.zeros(2, "datetime64[s]"),
+        np.zeros(2, "timedelta64[s]"),
+        np.zeros(2, [("a", "i4")]),
+        np.zeros(2, "V4"),
+    ],
     ids=["datetime64", "timedelta64", "structured", "void"],
 )
 def test_unsupported_data_dtypes(data):
@@ -233,7 +326,9 @@ BAD_OUT = [
 ]
 
 
-@pytest.mark.parametrize(("out", "exception", "message"), [c[1:] for c in BAD_OUT], ids=[c[0] for c in BAD_OUT])
+@pytest.mark.parametrize(
+    ("out", "exception", "message"), [c[1:] for c in BAD_OUT], ids=[c[0] for c in BAD_OUT]
+)
 def test_bad_out(out, exception, message):
     if isinstance(out, np.ndarray) and message == "read-only":
         out.flags.writeable = False

@@ -20,7 +20,12 @@ from onnx import helper
 
 import scatterx as sx
 
-PREFIXES = ("test_scatter_elements", "test_gather_elements", "test_scatter_with_axis", "test_scatter_without_axis")
+PREFIXES = (
+    "test_scatter_elements",
+    "test_gather_elements",
+    "test_scatter_with_axis",
+    "test_scatter_without_axis",
+)
 
 
 NODE_PACKAGE = "onnx.backend.test.case.node"
@@ -39,7 +44,9 @@ CASES = _cases()
 
 def test_every_case_of_the_package_is_here():
     folder = pathlib.Path(importlib.import_module(NODE_PACKAGE).__file__).parent
-    pattern = re.compile(r"""name=["'](test_(?:scatter_elements|gather_elements|scatter_with_axis|scatter_without_axis)\w*)["']""")
+    pattern = re.compile(
+        r"""name=["'](test_(?:scatter_elements|gather_elements|scatter_with_axis|scatter_without_axis)\w*)["']"""
+    )
     declared = {m for f in folder.rglob("*.py") for m in pattern.findall(f.read_text())}
     names = {c.name for c in CASES}
     assert declared == names

@@ -50,14 +50,18 @@ def test_scatter_oracle_matches_reference(kind, reduction, geometry, seed, index
     rng = np.random.default_rng(seed)
     size = data_shape[axis]
     if reduction == "none":
-        index_shape = tuple(min(n, size) if d == axis % len(data_shape) else n for d, n in enumerate(index_shape))
+        index_shape = tuple(
+            min(n, size) if d == axis % len(data_shape) else n for d, n in enumerate(index_shape)
+        )
         indices = unique_indices(index_shape, size, axis, index_dtype, rng)
     else:
         indices = random_indices(index_shape, size, index_dtype, rng)
     no_nan = reduction in ("max", "min")
     data = random_values(kind, data_shape, rng, nan=not no_nan)
     updates = random_values(kind, index_shape, rng, nan=not no_nan)
-    model = one_node_model("ScatterElements", data, indices.astype(np.int64), updates, axis=axis, reduction=reduction)
+    model = one_node_model(
+        "ScatterElements", data, indices.astype(np.int64), updates, axis=axis, reduction=reduction
+    )
     expected = reference(model, data=data, indices=indices.astype(np.int64), updates=updates)
     assert_identical(oracle.scatter_elements(data, indices, updates, axis, reduction), expected)
 
@@ -112,7 +116,9 @@ REFERENCE_NAN = [
 
 
 @pytest.mark.parametrize(
-    ("reduction", "data", "updates", "theirs", "ours"), [c[1:] for c in REFERENCE_NAN], ids=[c[0] for c in REFERENCE_NAN]
+    ("reduction", "data", "updates", "theirs", "ours"),
+    [c[1:] for c in REFERENCE_NAN],
+    ids=[c[0] for c in REFERENCE_NAN],
 )
 def test_reference_nan_is_order_dependent(reduction, data, updates, theirs, ours):
     """A divergence of onnx.reference, kept true here: Python's max/min decide NaN by order."""

@@ -61,6 +61,7 @@ def _without_signed_zero_ties(*arrays):
 # ---------------------------------------------------------------------------------------------
 # onnxruntime
 
+
 def ort_run(op, data, indices, updates=None, axis=0, reduction="none"):
     attributes = {"axis": axis} if op == "gather" else {"axis": axis, "reduction": reduction}
     name = "GatherElements" if op == "gather" else "ScatterElements"
@@ -80,8 +81,15 @@ ORT_REFUSES = {
     **{("float16", r): "MLFloat16 data type is not supported with ScatterElements" for r in ("add", "mul")},
     **{("bfloat16", op): "can't be converted to MLDataType" for op in _ALL},
     **{("StringDType", op): "can't be converted to MLDataType" for op in _ALL},
-    **{(k, op): "is not currently registered or supported" for k in ("complex64", "complex128") for op in _ALL},
-    **{("object-str", r): "string data type is not supported with ScatterElements" for r in ("mul", "max", "min")},
+    **{
+        (k, op): "is not currently registered or supported"
+        for k in ("complex64", "complex128")
+        for op in _ALL
+    },
+    **{
+        ("object-str", r): "string data type is not supported with ScatterElements"
+        for r in ("mul", "max", "min")
+    },
     **{("U", r): "string data type is not supported with ScatterElements" for r in ("mul", "max", "min")},
 }
 # Element types whose onnxruntime string form differs from ours: tested in ORT_VALUES only.
@@ -130,21 +138,57 @@ _F64, _F32 = np.float64, np.float32
 # Cases both run with different answers: (name, op, data, indices, updates, onnxruntime's result,
 # scatterx's result). axis 0 everywhere.
 ORT_VALUES = [
-    ("max NaN by order: NaN data, then a number", "max", np.array([np.nan, 1.0]), [0, 1, 0],
-     np.array([5.0, np.nan, 2.0]), np.array([5.0, np.nan]), np.array([np.nan, np.nan])),
-    ("min NaN by order", "min", np.array([1.0], _F32), [0, 0], np.array([np.nan, 0.5], _F32),
-     np.array([0.5], _F32), np.array([np.nan], _F32)),
-    ("max signed-zero tie: onnxruntime takes the update", "max", np.array([-0.0]), [0], np.array([0.0]),
-     np.array([0.0]), np.array([-0.0])),
-    ("min signed-zero tie: onnxruntime takes the update", "min", np.array([0.0]), [0], np.array([-0.0]),
-     np.array([-0.0]), np.array([0.0])),
-    ("bytes elements are turned into their str()", "add", np.array([b"a"], object), [0],
-     np.array([b"b"], object), np.array(["b'a'b'b'"], object), np.array([b"ab"], object)),
+    (
+        "max NaN by order: NaN data, then a number",
+        "max",
+        np.array([np.nan, 1.0]),
+        [0, 1, 0],
+        np.array([5.0, np.nan, 2.0]),
+        np.array([5.0, np.nan]),
+        np.array([np.nan, np.nan]),
+    ),
+    (
+        "min NaN by order",
+        "min",
+        np.array([1.0], _F32),
+        [0, 0],
+        np.array([np.nan, 0.5], _F32),
+        np.array([0.5], _F32),
+        np.array([np.nan], _F32),
+    ),
+    (
+        "max signed-zero tie: onnxruntime takes the update",
+        "max",
+        np.array([-0.0]),
+        [0],
+        np.array([0.0]),
+        np.array([0.0]),
+        np.array([-0.0]),
+    ),
+    (
+        "min signed-zero tie: onnxruntime takes the update",
+        "min",
+        np.array([0.0]),
+        [0],
+        np.array([-0.0]),
+        np.array([-0.0]),
+        np.array([0.0]),
+    ),
+    (
+        "bytes elements are turned into their str()",
+        "add",
+        np.array([b"a"], object),
+        [0],
+        np.array([b"b"], object),
+        np.array(["b'a'b'b'"], object),
+        np.array([b"ab"], object),
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("op", "data", "indices", "updates", "ort_result", "ours"), [c[1:] for c in ORT_VALUES],
+    ("op", "data", "indices", "updates", "ort_result", "ours"),
+    [c[1:] for c in ORT_VALUES],
     ids=[c[0] for c in ORT_VALUES],
 )
 def test_onnxruntime_value_divergences_still_hold(op, data, indices, updates, ort_result, ours):
@@ -165,10 +209,20 @@ def test_onnxruntime_refuses_non_utf8_bytes():
 # PyTorch
 
 TORCH_DTYPES = {
-    "bool": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
-    "int64": torch.int64, "uint8": torch.uint8, "uint16": torch.uint16, "uint32": torch.uint32,
-    "uint64": torch.uint64, "float16": torch.float16, "bfloat16": torch.bfloat16,
-    "float32": torch.float32, "float64": torch.float64, "complex64": torch.complex64,
+    "bool": torch.bool,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint8": torch.uint8,
+    "uint16": torch.uint16,
+    "uint32": torch.uint32,
+    "uint64": torch.uint64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "complex64": torch.complex64,
     "complex128": torch.complex128,
 }
 TORCH_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
@@ -204,8 +258,10 @@ TORCH_REFUSES = {
 # (kind, op) that PyTorch computes differently, each backed by a row of TORCH_VALUES ->
 # what is still compared: "unique" (cases without duplicates) or nothing (None).
 TORCH_DIFFERENT = {
-    ("float16", "add"): "unique", ("float16", "mul"): "unique",
-    ("bfloat16", "add"): "unique", ("bfloat16", "mul"): "unique",
+    ("float16", "add"): "unique",
+    ("float16", "mul"): "unique",
+    ("bfloat16", "add"): "unique",
+    ("bfloat16", "mul"): "unique",
     ("complex128", "mul"): None,
 }
 
@@ -246,28 +302,62 @@ def test_torch_agrees_or_refuses_as_tabled(kind, op):
 _F16 = np.float16
 TORCH_VALUES = [
     # float16 spacing at 2048 is 2; PyTorch accumulates in float32 and rounds once.
-    ("float16 add accumulates in float32", "add", np.array([2048], _F16), [0, 0], np.array([1, 1], _F16),
-     np.array([2050], _F16), np.array([2048], _F16)),
-    ("bfloat16 add accumulates in float32", "add", np.array([256], dtype_of("bfloat16")), [0, 0],
-     np.array([1, 1], dtype_of("bfloat16")), np.array([258], dtype_of("bfloat16")),
-     np.array([256], dtype_of("bfloat16"))),
+    (
+        "float16 add accumulates in float32",
+        "add",
+        np.array([2048], _F16),
+        [0, 0],
+        np.array([1, 1], _F16),
+        np.array([2050], _F16),
+        np.array([2048], _F16),
+    ),
+    (
+        "bfloat16 add accumulates in float32",
+        "add",
+        np.array([256], dtype_of("bfloat16")),
+        [0, 0],
+        np.array([1, 1], dtype_of("bfloat16")),
+        np.array([258], dtype_of("bfloat16")),
+        np.array([256], dtype_of("bfloat16")),
+    ),
     # Step by step: 1.423 * 1.863 -> 2.65, * 1.541 -> 4.086, * 1.3 -> 5.312 (float16 each time).
-    ("float16 mul accumulates in float32", "mul", np.array([1.423], _F16), [0, 0, 0],
-     np.array([1.86328125, 1.541015625, 1.2998046875], _F16), np.array([5.31], _F16), np.array([5.312], _F16)),
+    (
+        "float16 mul accumulates in float32",
+        "mul",
+        np.array([1.423], _F16),
+        [0, 0, 0],
+        np.array([1.86328125, 1.541015625, 1.2998046875], _F16),
+        np.array([5.31], _F16),
+        np.array([5.312], _F16),
+    ),
     # One product, different rounding in the last bit of the imaginary part.
-    ("complex128 mul rounds differently", "mul", np.array([0.35 + 0.82j]), [0], np.array([0.33 - 1.3j]),
-     np.array([1.1815 - 0.18439999999999998j]), np.array([1.1815 - 0.18439999999999995j])),
+    (
+        "complex128 mul rounds differently",
+        "mul",
+        np.array([0.35 + 0.82j]),
+        [0],
+        np.array([0.33 - 1.3j]),
+        np.array([1.1815 - 0.18439999999999998j]),
+        np.array([1.1815 - 0.18439999999999995j]),
+    ),
     # The imaginary part is 120.224 * 1.8e308 (overflows to inf) + 23.992 * -inf: NumPy's formula
     # gives inf - inf = NaN; PyTorch's product keeps -inf (no intermediate overflow: a fused
     # multiply-add).
-    ("complex mul with an infinite factor", "mul", np.array([120.224 + 23.992j]), [0],
-     np.array([complex(-np.inf, 1.7976931348623157e308)]), np.array([complex(-np.inf, -np.inf)]),
-     np.array([complex(-np.inf, np.nan)])),
+    (
+        "complex mul with an infinite factor",
+        "mul",
+        np.array([120.224 + 23.992j]),
+        [0],
+        np.array([complex(-np.inf, 1.7976931348623157e308)]),
+        np.array([complex(-np.inf, -np.inf)]),
+        np.array([complex(-np.inf, np.nan)]),
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("op", "data", "indices", "updates", "torch_result", "ours"), [c[1:] for c in TORCH_VALUES],
+    ("op", "data", "indices", "updates", "torch_result", "ours"),
+    [c[1:] for c in TORCH_VALUES],
     ids=[c[0] for c in TORCH_VALUES],
 )
 def test_torch_value_divergences_still_hold(op, data, indices, updates, torch_result, ours):
@@ -289,7 +379,9 @@ def test_torch_rejects_negative_indices():
 
 def test_torch_scatter_with_duplicates_is_documented_nondeterministic():
     assert "non-deterministic" in torch.Tensor.scatter_.__doc__
-    assert_identical(sx.scatter_elements(np.zeros(2), [1, 1, 1], np.array([1.0, 2.0, 3.0])), np.array([0.0, 3.0]))
+    assert_identical(
+        sx.scatter_elements(np.zeros(2), [1, 1, 1], np.array([1.0, 2.0, 3.0])), np.array([0.0, 3.0])
+    )
 
 
 def test_torch_has_no_string_tensors():

@@ -47,8 +47,12 @@ def _positions(indices, data_shape, axis):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize(("data_shape", "index_shape", "axis"), [g[1:] for g in GEOMETRIES], ids=[g[0] for g in GEOMETRIES])
-def test_scatter_is_bitwise_identical_for_any_thread_count(restore_threads, kind, data_shape, index_shape, axis):
+@pytest.mark.parametrize(
+    ("data_shape", "index_shape", "axis"), [g[1:] for g in GEOMETRIES], ids=[g[0] for g in GEOMETRIES]
+)
+def test_scatter_is_bitwise_identical_for_any_thread_count(
+    restore_threads, kind, data_shape, index_shape, axis
+):
     data, indices, updates = _case(kind, data_shape, index_shape, axis)
     assert indices.size > 100_000
     for reduction in ("none", "add", "mul", "max") if kind != "complex128" else ("none", "add", "mul"):
@@ -65,7 +69,9 @@ def test_scatter_is_bitwise_identical_for_any_thread_count(restore_threads, kind
             assert_identical(results[0], expected)
 
 
-@pytest.mark.parametrize(("data_shape", "index_shape", "axis"), [g[1:] for g in GEOMETRIES], ids=[g[0] for g in GEOMETRIES])
+@pytest.mark.parametrize(
+    ("data_shape", "index_shape", "axis"), [g[1:] for g in GEOMETRIES], ids=[g[0] for g in GEOMETRIES]
+)
 def test_gather_is_identical_for_any_thread_count(restore_threads, data_shape, index_shape, axis):
     data, indices, _ = _case("float64", data_shape, index_shape, axis)
     expected = data[_positions(indices, data_shape, axis)]
