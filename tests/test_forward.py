@@ -421,3 +421,32 @@ def test_fixed_width_result_widths():
     assert_identical(longer, np.array([b"abcde"], "S5"))
     narrow = sx.scatter_elements(np.array(["abc"], "U3"), [0], np.array(["z"], "U1"), reduction="max")
     assert_identical(narrow, np.array(["z"], "U3"))
+
+
+def _unaligned(arr):
+    """A copy of `arr` whose data pointer is off by one byte (not aligned for its dtype)."""
+    buffer = np.zeros(arr.nbytes + 1, np.uint8)
+    view = np.frombuffer(buffer.data, arr.dtype, count=arr.size, offset=1).reshape(arr.shape)
+    view[...] = arr
+    return view
+
+
+@pytest.mark.parametrize("kind", ["int32", "float64", "complex128", "bfloat16"])
+def test_unaligned_arrays(kind):
+    rng = np.random.default_rng(4)
+    data = random_values(kind, (3, 4), rng)
+    updates = random_values(kind, (5, 4), rng)
+    indices = random_indices((5, 4), 3, np.dtype(np.int64), rng)
+    expected = oracle.scatter_elements(data, indices, updates, 0, "add")
+    args = [_unaligned(a) for a in (data, indices, updates)]
+    assert not args[0].flags.aligned
+    assert_identical(sx.scatter_elements(*args, 0, "add"), expected)
+    out = _unaligned(np.zeros_like(data))
+    assert sx.scatter_elements(*args, 0, "add", out=out) is out
+    assert_identical(np.array(out), expected)
+    in_place = _unaligned(data)
+    sx.scatter_elements(in_place, args[1], args[2], 0, "add", out=in_place)
+    assert_identical(np.array(in_place), expected)
+    gathered = _unaligned(np.zeros_like(updates))
+    sx.gather_elements(args[0], args[1], 0, out=gathered)
+    assert_identical(np.array(gathered), oracle.gather_elements(data, indices, 0))

@@ -8,6 +8,9 @@ updates one by one in row-major order of the index arrays, as the spec orders th
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -110,3 +113,17 @@ def test_set_num_threads_validates_and_round_trips(restore_threads):
     with pytest.raises(TypeError, match="float"):
         sx.set_num_threads(2.5)
     assert sx.get_num_threads() == 3
+
+
+@pytest.mark.parametrize(("value", "expected"), [("3", 3), ("zero", None)])
+def test_default_comes_from_the_environment(value, expected):
+    """SCATTERX_NUM_THREADS sets the default; a bad value warns and falls back to the usable cores."""
+    code = "import os, warnings, scatterx as sx; print(sx.get_num_threads(), len(os.sched_getaffinity(0)))"
+    env = {**os.environ, "SCATTERX_NUM_THREADS": value}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    threads, cores = map(int, run.stdout.split())
+    if expected is None:
+        assert threads == cores
+        assert "SCATTERX_NUM_THREADS" in run.stderr
+    else:
+        assert threads == expected
