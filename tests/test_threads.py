@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import assert_identical, random_values
+from conftest import assert_identical, random_values, with_layout
 
 import scatterx as sx
 
@@ -127,3 +127,22 @@ def test_default_comes_from_the_environment(value, expected):
         assert "SCATTERX_NUM_THREADS" in run.stderr
     else:
         assert threads == expected
+
+
+@pytest.mark.parametrize(
+    ("data_shape", "index_shape", "axis"), [g[1:] for g in GEOMETRIES], ids=[g[0] for g in GEOMETRIES]
+)
+@pytest.mark.parametrize(
+    "layouts", [("F", "negative", "strided", "F"), ("strided", "F", "negative", "negative")]
+)
+def test_large_non_contiguous_layouts(restore_threads, data_shape, index_shape, axis, layouts):
+    """Fiber splitting over Fortran, negative-stride and strided arrays (inputs and out)."""
+    data, indices, updates = _case("float64", data_shape, index_shape, axis, seed=1)
+    expected = data.copy()
+    np.add.at(expected, _positions(indices, data_shape, axis), updates)
+    args = [with_layout(a, lay) for a, lay in zip((data, indices, updates), layouts[:3], strict=True)]
+    for n in THREAD_COUNTS:
+        sx.set_num_threads(n)
+        out = with_layout(np.zeros(data_shape), layouts[3])
+        assert sx.scatter_elements(*args, axis, "add", out=out) is out
+        assert_identical(np.array(out), expected)
