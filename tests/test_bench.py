@@ -78,6 +78,17 @@ def test_the_cli_exits_nonzero_on_a_mismatch(monkeypatch, capsys):
     assert "WRONG" in out.out and "FAILED" in out.err
 
 
+def test_peers_get_the_expanded_index_only_where_they_read_it_right():
+    # PyTorch 2.13 misreads an int32 stride-0 index (docs/performance.md); the peer must not
+    # pass one, while int64 takes PyTorch's fast path.
+    pytest.importorskip("torch")
+    torch_impl = next(i for i in IMPLEMENTATIONS if i.name == "torch")
+    for name in ("gather_mp_i32", "gather_mp"):
+        case = next(c for c in CASES if c.name == name)
+        result = _bench.run_case(case, [SCATTERX, torch_impl], SETTINGS, bandwidth=1e9)
+        assert result.impls["torch"].status == "ok", result.impls["torch"].note
+
+
 def test_close_cases_tolerate_reordering_but_exact_ones_do_not():
     add = next(c for c in CASES if c.name == "mp_add")
     ours = (np.array([1.0, 2.0, 3.0], np.float32),)

@@ -143,16 +143,28 @@ CASES: tuple[Case, ...] = _case_list()
 
 @dataclass
 class Inputs:
-    """The arrays of one case; `grad` is the incoming gradient of a backward case."""
+    """The arrays of one case; `grad` is the incoming gradient of a backward case.
+
+    For an expanded index, `index_rows` holds its first column (shape ``(n, 1, ...)``): a peer
+    that can take a stride-0 view, as PyTorch Geometric passes it, expands that instead of
+    reading the materialised `indices`.
+    """
 
     data: np.ndarray
     indices: np.ndarray
     updates: np.ndarray | None = None
     grad: np.ndarray | None = None
+    index_rows: np.ndarray | None = None
 
     @property
     def output_shape(self) -> tuple[int, ...]:
         return self.indices.shape if self.updates is None else self.data.shape
+
+    def expanded_indices(self) -> np.ndarray:
+        """`indices`, as a stride-0 view of `index_rows` when there is one (read-only)."""
+        if self.index_rows is None:
+            return self.indices
+        return np.broadcast_to(self.index_rows, self.indices.shape)
 
 
 def _indices(fam: Family, dshape, ishape, rng: np.random.Generator) -> np.ndarray:
@@ -189,13 +201,16 @@ def build_inputs(case: Case, quick: bool = False, seed: int = 0) -> Inputs:
     else:
         data = _values("normal", dshape, dtype, rng)
         updates = _values(fam.values, ishape, dtype, rng)
+    rows = None
+    if fam.index_kind == "expanded":
+        rows = np.ascontiguousarray(indices[(slice(None),) + (slice(0, 1),) * (indices.ndim - 1)])
     if case.op == "scatter":
-        return Inputs(data, indices, updates)
+        return Inputs(data, indices, updates, index_rows=rows)
     if case.op == "gather":
-        return Inputs(data, indices)
+        return Inputs(data, indices, index_rows=rows)
     if case.op == "scatter_vjp":
-        return Inputs(data, indices, updates, _values("normal", dshape, dtype, rng))
-    return Inputs(data, indices, None, _values("normal", ishape, dtype, rng))
+        return Inputs(data, indices, updates, _values("normal", dshape, dtype, rng), rows)
+    return Inputs(data, indices, None, _values("normal", ishape, dtype, rng), rows)
 
 
 def moved_bytes(case: Case, inputs: Inputs) -> int:

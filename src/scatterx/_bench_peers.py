@@ -5,7 +5,9 @@ Every implementation has one signature: ``prepare(case, inputs, threads)`` retur
 that call's result into NumPy arrays for the correctness check. Everything a user would do once
 (converting arrays to tensors, building an onnxruntime session) happens in ``prepare``, outside
 the timing; everything a user must do per call (copying data before an in-place NumPy routine,
-building the index tuple of ``ufunc.at``) happens in ``run``. An implementation that does not
+building the index tuple of ``ufunc.at``) happens in ``run``. NumPy and PyTorch receive an
+expanded index (message passing) as the stride-0 view a user would pass, which PyTorch has a
+fast path for; scatterx and onnxruntime read it materialised. An implementation that does not
 define a case raises `Unsupported` with the reason, which the table prints as a note.
 """
 
@@ -100,7 +102,7 @@ def _index_tuple(indices: np.ndarray, axis: int) -> tuple[np.ndarray, ...]:
 
 
 def _prepare_numpy(case: Case, inputs: Inputs, threads: int) -> Prepared:
-    d, i, u, axis = inputs.data, inputs.indices, inputs.updates, case.axis
+    d, i, u, axis = inputs.data, inputs.expanded_indices(), inputs.updates, case.axis
     if case.op in ("scatter_vjp", "gather_vjp"):
         raise Unsupported("NumPy has no automatic differentiation")
     if case.op == "gather":
@@ -161,7 +163,14 @@ def _prepare_torch(case: Case, inputs: Inputs, threads: int) -> Prepared:
 
     torch.set_num_threads(threads)
     forward = _torch_forward(case)
-    d, i = _to_torch(inputs.data), _to_torch(inputs.indices)
+    d = _to_torch(inputs.data)
+    if inputs.index_rows is not None and inputs.index_rows.dtype == np.int64:
+        # As PyTorch Geometric passes it; ATen has a fast path for this stride-0 index. That
+        # path misreads int32 (PyTorch 2.13: gather returns wrong rows, scatter_add raises
+        # "expected scalar type Long"), so int32 indices stay materialised.
+        i = _to_torch(inputs.index_rows).expand(inputs.indices.shape)
+    else:
+        i = _to_torch(inputs.indices)
     u = None if inputs.updates is None else _to_torch(inputs.updates)
 
     def to_numpy(result):
