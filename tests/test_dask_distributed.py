@@ -34,20 +34,25 @@ def _case(rng, data_shape, axis, n_axis):
     return data, indices, updates
 
 
-@pytest.mark.parametrize("method", ["blockwise", "routed"])
-@pytest.mark.parametrize("axis", [0, 1])
-def test_scatter_and_gather_on_worker_processes(client, axis, method):
-    rng = np.random.default_rng(axis)
-    data, indices, updates = _case(rng, (40, 30), axis, 70)
-    d = da.from_array(data, chunks=(7, 11))
-    i = da.from_array(indices, chunks=(9, 13))
-    u = da.from_array(updates, chunks=(16, 5))
-    lazy = [sxd.scatter_elements(d, i, u, axis, r, method=method, split_every=3) for r in REDUCTIONS]
-    lazy.append(sxd.gather_elements(d, i, axis, method=method))
-    results = client.compute(lazy, sync=True)
-    for reduction, result in zip(REDUCTIONS, results):
-        assert_identical(result, sx.scatter_elements(data, indices, updates, axis, reduction))
-    assert_identical(results[-1], sx.gather_elements(data, indices, axis))
+# (method, axis, data chunks): routed along a chunked axis, blockwise with chunks off the axis.
+SETUPS = [("routed", 0, (5, 10)), ("blockwise", 1, (4, 10))]
+
+
+def test_scatter_and_gather_on_worker_processes(client):
+    lazy, expected = [], []
+    for method, axis, chunks in SETUPS:
+        rng = np.random.default_rng(axis)
+        data, indices, updates = _case(rng, (12, 10), axis, 17)
+        d = da.from_array(data, chunks=chunks)
+        i = da.from_array(indices, chunks=(8, 5))
+        u = da.from_array(updates, chunks=(6, 3))
+        for reduction in REDUCTIONS:
+            lazy.append(sxd.scatter_elements(d, i, u, axis, reduction, method=method, split_every=2))
+            expected.append(sx.scatter_elements(data, indices, updates, axis, reduction))
+        lazy.append(sxd.gather_elements(d, i, axis, method=method))
+        expected.append(sx.gather_elements(data, indices, axis))
+    for result, want in zip(client.compute(lazy, sync=True), expected):
+        assert_identical(result, want)
 
 
 def test_out_of_bounds_reaches_the_client(client):
@@ -62,9 +67,9 @@ def test_out_of_bounds_reaches_the_client(client):
 
 def test_random_data_generated_on_workers(client):
     rng = da.random.default_rng(5)
-    data = rng.random((60, 8), chunks=(10, 8))
-    indices = rng.integers(0, 60, (90, 8), chunks=(30, 8))
-    updates = rng.random((90, 8), chunks=(30, 8))
+    data = rng.random((30, 4), chunks=(10, 4))
+    indices = rng.integers(0, 30, (40, 4), chunks=(20, 4))
+    updates = rng.random((40, 4), chunks=(20, 4))
     lazy = sxd.scatter_elements(data, indices, updates, 0, "add", method="routed")
     result, d, i, u = client.compute([lazy, data, indices, updates], sync=True)
     assert_identical(result, sx.scatter_elements(d, i, u, 0, "add"))
