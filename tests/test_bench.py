@@ -165,6 +165,13 @@ def test_the_memory_instrument_sees_native_and_numpy_allocations():
         assert numpy_temp["rss_extra_bytes"] >= 31 * mib
 
 
+def test_unknown_cases_and_peers_are_usage_errors():
+    with pytest.raises(SystemExit, match="no case matches 'nope'; the cases are: mp_add, "):
+        _bench.main(["--cases", "nope"])
+    with pytest.raises(SystemExit, match="unknown peer"):
+        _bench.main(["--peers", "jax"])
+
+
 def test_plot_needs_matplotlib(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(SystemExit, match=r"pip install 'scatterx\[plot\]'"):

@@ -603,8 +603,11 @@ def run(args: argparse.Namespace) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             raise SystemExit("scatterx bench --plot needs matplotlib: pip install 'scatterx[plot]'") from None
-    cases = select(available, args.cases)
-    impls = _implementations(args.peers)
+    try:
+        cases = select(available, args.cases)
+        impls = _implementations(args.peers)
+    except ValueError as exc:
+        raise SystemExit(f"scatterx bench: {exc}") from None
     names = [impl.name for impl in impls]
     if args.repeat is not None and args.repeat < 5:
         raise SystemExit("--repeat must be at least 5")
