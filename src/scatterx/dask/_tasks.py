@@ -93,39 +93,69 @@ def route(indices, updates, *, axis, size, starts, data_chunks, block_info=None)
     if idx.size == 0:
         return pieces
     shape = [data_chunks[d][where[d]] if d != axis else 0 for d in range(indices.ndim)]
-    v = idx.astype(np.int64)
-    v += np.where(v < 0, size, 0)
-    dest = np.searchsorted(starts, v, side="right") - 1
-    local = v - starts[dest]
     lengths = np.diff(np.append(starts, size))
+    dest, local = _destinations(idx, size, starts, lengths)
     # flat = ((outer * L_k) + local) * inner + tail, with outer/tail the coordinates before/after
     # the axis ravelled in the data block's shape (indices share the block's origin).
-    outer = np.zeros((1,) * indices.ndim, np.int64)
-    stride = 1
-    for d in range(axis - 1, -1, -1):
-        outer = outer + _coordinate(d, indices.shape) * stride
-        stride *= shape[d]
-    tail = np.zeros((1,) * indices.ndim, np.int64)
-    inner = 1
-    for d in range(indices.ndim - 1, axis, -1):
-        tail = tail + _coordinate(d, indices.shape) * inner
-        inner *= shape[d]
-    flat = ((outer * lengths[dest] + local) * inner + tail).ravel()
+    stride, inner = 1, 1
+    flat = local
+    if any(indices.shape[d] > 1 for d in range(axis)):
+        outer = np.zeros((1,) * indices.ndim, np.int64)
+        for d in range(axis - 1, -1, -1):
+            outer = outer + _coordinate(d, indices.shape) * stride
+            stride *= shape[d]
+        flat += outer * (lengths[0] if dest is None else lengths[dest])
+    else:
+        stride = int(np.prod(shape[:axis], dtype=np.int64))
+    if axis < indices.ndim - 1:
+        tail = np.zeros((1,) * indices.ndim, np.int64)
+        for d in range(indices.ndim - 1, axis, -1):
+            tail = tail + _coordinate(d, indices.shape) * inner
+            inner *= shape[d]
+        flat *= inner
+        flat += tail
+    flat = flat.ravel()
     if stride * int(lengths.max()) * inner < 2**31:
         flat = flat.astype(np.int32)  # a third less memory per routed update
     values = np.ascontiguousarray(updates).ravel()
+    if dest is None:
+        slots[0] = (flat, values)
+        return pieces
     dest = dest.ravel()
     counts = np.bincount(dest, minlength=n_dest)
-    if np.count_nonzero(counts) == 1:
-        slots[int(dest[0])] = (flat, values)
-        return pieces
-    small = dest.astype(np.uint8 if n_dest <= 256 else np.uint16 if n_dest <= 65536 else np.int64)
-    order = np.argsort(small, kind="stable")
-    flat, values = flat[order], values[order]
-    bounds = np.concatenate(([0], np.cumsum(counts)))
-    for k in np.flatnonzero(counts):
-        slots[k] = (flat[bounds[k]:bounds[k + 1]], values[bounds[k]:bounds[k + 1]])
+    hit = np.flatnonzero(counts)
+    if len(hit) == 1:
+        slots[int(hit[0])] = (flat, values)
+    elif len(hit) <= 8:
+        # A few destinations: one compress per destination beats a sort.
+        for k in hit:
+            mask = dest == k
+            slots[k] = (flat[mask], values[mask])
+    else:
+        order = np.argsort(dest.astype(np.uint8 if n_dest <= 256 else np.uint16 if n_dest <= 65536 else np.int64),
+                           kind="stable")
+        flat, values = flat[order], values[order]
+        bounds = np.concatenate(([0], np.cumsum(counts)))
+        for k in hit:
+            slots[k] = (flat[bounds[k]:bounds[k + 1]], values[bounds[k]:bounds[k + 1]])
     return pieces
+
+
+def _destinations(idx: np.ndarray, size: int, starts: np.ndarray, lengths: np.ndarray):
+    """(destination chunk or None when there is one chunk, axis coordinate in that chunk)."""
+    v = idx.astype(np.int64)
+    negative = v < 0
+    if negative.any():
+        np.add(v, size, out=v, where=negative)
+    if len(starts) == 1:
+        return None, v
+    chunk = int(lengths[0])
+    if np.all(lengths[:-1] == chunk) and lengths[-1] <= chunk:
+        dest = v // chunk
+        v -= dest * chunk
+        return dest, v
+    dest = np.searchsorted(starts, v, side="right") - 1
+    return dest, v - starts[dest]
 
 
 def _coordinate(d: int, shape: tuple) -> np.ndarray:
