@@ -105,7 +105,7 @@ def test_every_type_matches_numpy_path(kind, method):
 DIVERGENCES = {("U", "add"): np.dtype("U30"), ("S", "add"): np.dtype("S30")}
 
 
-@pytest.mark.parametrize("kind", ["float32", "int16", "object-str", "bfloat16"])
+@pytest.mark.parametrize("kind", ["float32", "int16", "object-str", "bfloat16", "StringDType", "U"])
 @pytest.mark.parametrize("method", METHODS)
 def test_gather_every_type(kind, method):
     rng = np.random.default_rng(7)
@@ -367,3 +367,25 @@ def test_import_scatterx_does_not_import_dask():
     code = "import sys, scatterx; sys.exit('dask' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
+
+
+def test_folds_copy_read_only_blocks_they_own():
+    """distributed may hand a block received from another worker over as a read-only buffer."""
+    from scatterx.dask import _tasks
+
+    block = np.zeros((2, 3))
+    block.flags.writeable = False
+    idx, upd = np.array([[1, 0, 1]]), np.array([[1.0, 2.0, 3.0]])
+    expected = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
+    out = _tasks.scatter_fold(block, [idx], [upd], axis=0, reduction="add", owned=True, result_dtype=block.dtype)
+    np.testing.assert_array_equal(out, expected)
+    piece = np.empty((1, 1), object)
+    piece[0, 0] = (np.array([3, 1, 5]), np.array([1.0, 2.0, 3.0]))
+    out = _tasks.apply_pieces(block, [piece], reduction="add", owned=True, result_dtype=block.dtype)
+    np.testing.assert_array_equal(out, expected)
+    partial = np.zeros((1, 3))
+    partial.flags.writeable = False
+    gathered = _tasks.gather_fold_next(partial, idx, [np.arange(6.0).reshape(2, 3)], axis=0, size=2, starts=(0,),
+                                       result_dtype=block.dtype)
+    np.testing.assert_array_equal(gathered, [[3.0, 1.0, 5.0]])
+    assert not block.any() and not partial.any()

@@ -128,7 +128,7 @@ def gather_routed(plan: Plan, split_every: int) -> da.Array:
         common = dict(
             concatenate=False, align_arrays=False,
             dtype=plan.dtype, meta=_meta(ndim, plan.dtype),
-            axis=axis, size=data.shape[axis], starts=starts[sel],
+            axis=axis, size=data.shape[axis], starts=starts[sel], result_dtype=plan.dtype,
             token="scatterx-gather-routed",
         )
         if out is None:

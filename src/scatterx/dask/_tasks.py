@@ -50,6 +50,12 @@ def _fresh(block: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.array(block, dtype=dtype, order="C", copy=True)
 
 
+def _writable(block: np.ndarray, owned: bool) -> bool:
+    """Whether a fold may write into `block`: made by the chain, and not a read-only buffer
+    (distributed may hand over a block received from another worker as one)."""
+    return owned and block.flags.writeable and block.flags.c_contiguous and not is_string_dtype(block.dtype)
+
+
 def _declared(block: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return block if block.dtype == dtype else block.astype(dtype)
 
@@ -64,7 +70,7 @@ def scatter_fold(out, indices_blocks, updates_blocks, *, axis, reduction, owned,
     strings with "add").
     """
     fresh = owned
-    in_place = owned and not is_string_dtype(out.dtype)
+    in_place = _writable(out, owned)
     for idx, upd in zip(indices_blocks, updates_blocks):
         if in_place:
             scatter_elements(out, idx, upd, axis, reduction, out=out)
@@ -168,7 +174,7 @@ def apply_pieces(out, piece_blocks, *, reduction, owned, result_dtype):
     """Applies routed pieces (in block order) to one output block; see `scatter_fold`."""
     shape = out.shape
     fresh = owned
-    in_place = owned and not is_string_dtype(result_dtype)
+    in_place = _writable(out, owned)
     for block in piece_blocks:
         piece = block.reshape(-1)[0]
         if piece is None:
@@ -190,7 +196,7 @@ def gather_whole(indices, data_blocks, *, axis):
     return gather_elements(data, indices, axis)
 
 
-def gather_fold(indices, data_blocks, out=None, *, axis, size, starts):
+def gather_fold(indices, data_blocks, out=None, *, axis, size, starts, result_dtype):
     """Fills the positions of `out` whose index falls in one of `data_blocks`.
 
     `starts` are the global axis offsets of `data_blocks`. Every position is filled by exactly
@@ -199,7 +205,9 @@ def gather_fold(indices, data_blocks, out=None, *, axis, size, starts):
     v = indices.astype(np.int64)
     v += np.where(v < 0, size, 0)
     if out is None:
-        out = np.empty(indices.shape, data_blocks[0].dtype.newbyteorder("="))
+        out = np.empty(indices.shape, result_dtype)
+    elif not out.flags.writeable:
+        out = out.copy()
     for data, start in zip(data_blocks, starts):
         length = data.shape[axis]
         hit = (v >= start) & (v < start + length)
@@ -210,6 +218,6 @@ def gather_fold(indices, data_blocks, out=None, *, axis, size, starts):
     return out
 
 
-def gather_fold_next(out, indices, data_blocks, *, axis, size, starts):
+def gather_fold_next(out, indices, data_blocks, *, axis, size, starts, result_dtype):
     """`gather_fold` for the later links of the chain (argument order of the blockwise call)."""
-    return gather_fold(indices, data_blocks, out, axis=axis, size=size, starts=starts)
+    return gather_fold(indices, data_blocks, out, axis=axis, size=size, starts=starts, result_dtype=result_dtype)
