@@ -208,10 +208,16 @@ def test_exclusive_products_against_brute_force(fallback, monkeypatch):
     if fallback:
         monkeypatch.setattr(_autodiff, "_KEY_LIMIT", 1)
     rng = np.random.default_rng(5)
-    idx = rng.integers(0, 3, (2, 17, 3))  # up to ~12 updates per target: several scan steps
+    idx = rng.integers(-3, 3, (2, 17, 3))  # up to ~12 updates per target: several scan steps
     upd = rng.choice([0.0, 0.5, -2.0, 3.0, 1.5], idx.shape)
-    got = _autodiff.exclusive_products(idx, upd, 1, (2, 3, 3))
-    np.testing.assert_array_equal(got, _brute_force_others(idx, upd, 1, (2, 3, 3)))
+    members, others = _autodiff.exclusive_products(idx, upd, 1, (2, 3, 3))
+    got = np.ones(idx.size)
+    got[members] = others
+    np.testing.assert_array_equal(got.reshape(idx.shape), _brute_force_others(idx, upd, 1, (2, 3, 3)))
+    counts = np.zeros((2, 3, 3), int)
+    np.add.at(counts, (np.arange(2)[:, None, None], idx, np.arange(3)), 1)
+    shared = np.take_along_axis(counts, idx, 1) > 1
+    np.testing.assert_array_equal(np.sort(members), np.flatnonzero(shared))
 
 
 def test_exclusive_products_without_shared_targets_is_none():
@@ -386,6 +392,21 @@ def test_bad_grad_output():
         sx.gather_elements_vjp(np.zeros((2, 3)), (2, 3), i, 0)
     gd, gu = sx.scatter_elements_vjp(np.ones((2, 3), np.float32), d, i, u, 0, "add")
     assert gd.dtype == gu.dtype == np.float64
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_given_output_gives_the_same_gradients(reduction):
+    rng = np.random.default_rng(13)
+    d = rng.integers(-2, 2, (4, 3)).astype(np.float32)  # ties
+    i = rng.integers(0, 4, (6, 3))
+    u = rng.integers(-2, 2, (6, 3)).astype(np.float32)
+    g = rng.standard_normal((4, 3)).astype(np.float32)
+    y = sx.scatter_elements(d, i, u, 0, reduction)
+    for a, b in zip(sx.scatter_elements_vjp(g, d, i, u, 0, reduction, output=y),
+                    sx.scatter_elements_vjp(g, d, i, u, 0, reduction)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="output must have data's shape"):
+        sx.scatter_elements_vjp(g, d, i, u, 0, reduction, output=y.astype(np.float64))
 
 
 def test_forward_errors_still_apply():

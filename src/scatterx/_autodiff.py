@@ -192,9 +192,9 @@ def _backward_none(res: ScatterResiduals, g: np.ndarray, cdt):
     # Only written positions are read back, so the array needs no initial values.
     winner = np.empty(res.data_shape, pos.dtype)
     _scatter(winner, idx, pos, axis, "none", out=winner)
-    is_last = _gather(winner, idx, axis) == pos
+    overwritten = _gather(winner, idx, axis) != pos
     grad_updates = _gather(g, idx, axis)
-    np.copyto(grad_updates, zero, where=~is_last)
+    np.copyto(grad_updates, zero, where=overwritten)
     return grad_data, grad_updates
 
 
@@ -211,9 +211,10 @@ def _backward_mul(res: ScatterResiduals, g: np.ndarray, cdt):
     product = _scatter(np.ones(res.data_shape, cdt), idx, u, axis, "mul")
     grad_data = gc * conj(product)
     grad_updates = _gather(gc * conj(d), idx, axis)
-    others = exclusive_products(idx, u, axis, res.data_shape)
-    if others is not None:
-        grad_updates *= conj(others)
+    shared = exclusive_products(idx, u, axis, res.data_shape)
+    if shared is not None:
+        members, others = shared
+        grad_updates.reshape(-1)[members] *= conj(others)
     return grad_data, grad_updates
 
 
@@ -224,8 +225,7 @@ def _backward_extremum(res: ScatterResiduals, g: np.ndarray, cdt):
     share = np.divide(gc, ties, out=ties)
     zero = np.zeros((), cdt)
     grad_data = np.where(res.data_ties, share, zero)
-    grad_updates = _gather(share, idx, axis)
-    np.copyto(grad_updates, zero, where=~res.update_ties)
+    grad_updates = np.where(res.update_ties, _gather(share, idx, axis), zero)
     return grad_data, grad_updates
 
 
@@ -239,25 +239,33 @@ _BACKWARD = {
 
 
 def exclusive_products(indices: np.ndarray, updates: np.ndarray, axis: int, data_shape: tuple):
-    """For every update, the product of the other updates to its target, without division.
+    """For the updates that share their target, the product of the other updates to it.
 
-    Returns None when no target receives two updates (every product is then 1). Otherwise the
-    updates that share a target are grouped by one sort of the keys ``target * m + rank`` (unique,
-    so the fast unstable sort keeps row-major order within a target), and segmented prefix and
-    suffix products (log-step scans) give each update the product of those before and after it.
+    Returns None when no target receives two updates (every such product is then 1), else
+    ``(members, others)``: the flat row-major positions of the sharing updates in `indices` and,
+    for each, the product of the other updates with the same target, computed without division.
+
+    A target is identified by its fiber (the position with the axis coordinate removed) and the
+    index value, so ``key = (fiber * size + value) * m + rank`` is unique per update; one fast
+    (unstable) sort of the keys groups the updates by target and keeps row-major order within a
+    target. Segmented prefix and suffix products (log-step scans) then give each update the
+    products of those before and after it.
     """
     counts = _scatter(
         np.zeros(data_shape, np.int32), indices, np.broadcast_to(np.int32(1), indices.shape), axis, "add"
     )
-    shared = _gather(counts, indices, axis) > 1
-    if not shared.any():
+    members = np.flatnonzero(_gather(counts, indices, axis) > 1)
+    if members.size == 0:
         return None
-    members = np.flatnonzero(shared)
-    size = int(np.prod(data_shape, dtype=np.int64))
-    flat = np.arange(size, dtype=np.int64).reshape(data_shape)
-    targets = _gather(flat, indices, axis).ravel()[members]
     m = members.size
-    if size < _KEY_LIMIT // max(m, 1):
+    size = int(data_shape[axis])
+    along, inner = int(indices.shape[axis]), int(np.prod(indices.shape[axis + 1 :], dtype=np.int64))
+    values_at = np.ascontiguousarray(indices).ravel()[members].astype(np.int64)
+    values_at[values_at < 0] += size
+    fiber = members // (along * inner) * inner + members % inner
+    nfibers = int(np.prod(indices.shape, dtype=np.int64)) // max(along, 1)
+    targets = fiber * size + values_at
+    if nfibers * size < _KEY_LIMIT // m:
         keys = targets * m + np.arange(m, dtype=np.int64)
         keys.sort()
         targets, order = np.divmod(keys, m)
@@ -265,21 +273,23 @@ def exclusive_products(indices: np.ndarray, updates: np.ndarray, axis: int, data
         order = np.argsort(targets, kind="stable")
         targets = targets[order]
     members = members[order]
-    values = np.ascontiguousarray(updates).ravel()[members]
-    starts = np.flatnonzero(np.r_[True, targets[1:] != targets[:-1]])
-    lengths = np.diff(np.r_[starts, m])
-    segment = np.repeat(np.arange(starts.size), lengths)
-    rank = np.arange(m) - starts[segment]
-    rank_from_end = lengths[segment] - 1 - rank
-    longest = int(lengths.max())
-    before = _segmented_cumprod(values, rank, longest)
-    after = _segmented_cumprod(values[::-1], rank_from_end[::-1], longest)[::-1]
-    one = np.ones((), values.dtype)
-    others = np.where(rank > 0, np.r_[one[None], before[:-1]], one)
-    others *= np.where(rank_from_end > 0, np.r_[after[1:], one[None]], one)
-    result = np.ones(indices.size, values.dtype)
-    result[members] = others
-    return result.reshape(indices.shape)
+    factors = np.ascontiguousarray(updates).ravel()[members]
+    first = np.empty(m, bool)
+    first[0] = True
+    np.not_equal(targets[1:], targets[:-1], out=first[1:])
+    last = np.empty(m, bool)
+    last[-1] = True
+    last[:-1] = first[1:]
+    position = np.arange(m)
+    rank = position - np.maximum.accumulate(np.where(first, position, 0))
+    rank_from_end = np.minimum.accumulate(np.where(last, position, m)[::-1])[::-1] - position
+    longest = int(rank.max()) + 1
+    before = _segmented_cumprod(factors, rank, longest)
+    after = _segmented_cumprod(factors[::-1], rank_from_end[::-1], longest)[::-1]
+    others = np.ones_like(factors)
+    np.copyto(others[1:], before[:-1], where=~first[1:])
+    others[:-1] *= np.where(last[:-1], np.ones((), factors.dtype), after[1:])
+    return members, others
 
 
 def _segmented_cumprod(values: np.ndarray, rank: np.ndarray, longest: int) -> np.ndarray:
@@ -296,7 +306,7 @@ def _segmented_cumprod(values: np.ndarray, rank: np.ndarray, longest: int) -> np
     return x
 
 
-def scatter_elements_vjp(grad_output, data, indices, updates, axis=0, reduction="none"):
+def scatter_elements_vjp(grad_output, data, indices, updates, axis=0, reduction="none", *, output=None):
     """Gradients of ``scatter_elements(data, indices, updates, axis, reduction)``.
 
     Parameters
@@ -307,6 +317,10 @@ def scatter_elements_vjp(grad_output, data, indices, updates, axis=0, reduction=
     data, indices, updates, axis, reduction
         As for `scatter_elements`. `data` and `updates` must be float16, bfloat16, float32,
         float64, or complex (complex for "none", "add", "mul").
+    output : ndarray, optional
+        The forward result ``scatter_elements(data, indices, updates, axis, reduction)`` when the
+        caller already has it: "max" and "min" then use it instead of recomputing it. It is
+        trusted (only its shape and dtype are checked).
 
     Returns
     -------
@@ -340,7 +354,14 @@ def scatter_elements_vjp(grad_output, data, indices, updates, axis=0, reduction=
     dtype = np.asarray(data).dtype
     check_differentiable(dtype)
     call = scatter_call(data, indices, updates, axis, reduction)
-    return scatter_backward(scatter_residuals(call), grad_output)
+    if output is not None:
+        output = np.asarray(output)
+        if output.shape != call.data.shape or output.dtype != call.data.dtype:
+            raise ValueError(
+                f"output must have data's shape {call.data.shape} and dtype {call.data.dtype}, "
+                f"got shape {output.shape} and dtype {output.dtype}"
+            )
+    return scatter_backward(scatter_residuals(call, output), grad_output)
 
 
 def gather_backward(grad_output, data_shape: tuple, dtype, indices: np.ndarray, axis: int,
