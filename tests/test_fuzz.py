@@ -681,32 +681,41 @@ def make_case(rng: random.Random) -> Case:
     return case
 
 
-def check_case(case: Case) -> int:
-    """Runs `case` and checks it; returns the number of public calls made."""
-    calls = 0
+def check_case(case: Case, repeats: int = 1) -> tuple:
+    """Runs `case` and checks it; returns the number of public calls made (set_num_threads
+    included) and how many of those were set_num_threads calls.
+
+    With `repeats` > 1 the same call runs again under other thread counts (except in place,
+    where the first call changed data): the result may not depend on them.
+    """
+    calls = thread_calls = 0
     if case.threads is not None:
         sx.set_num_threads(case.threads)
-        calls += 1
+        thread_calls += 1
     snaps = [snapshot(x) for x in case.watch]
-    calls += 1
-    if isinstance(case.expect, np.ndarray):
-        result = case.fn(*case.args, **case.kwargs)
-        if case.out is not None:
-            assert result is case.out
+    for r in range(1 if case.in_place else repeats):
+        if r:
+            sx.set_num_threads((1, 2, 3, 5)[r % 4])
+            thread_calls += 1
+        calls += 1
+        if isinstance(case.expect, np.ndarray):
+            result = case.fn(*case.args, **case.kwargs)
+            if case.out is not None:
+                assert result is case.out
+            else:
+                assert result.flags.c_contiguous
+            assert_same(result, case.expect, case.reduction, case.fast_ref)
+        elif case.expect is ALLOWED:
+            try:
+                case.fn(*case.args, **case.kwargs)
+            except ALLOWED:
+                pass
         else:
-            assert result.flags.c_contiguous
-        assert_same(result, case.expect, case.reduction, case.fast_ref)
-    elif case.expect is ALLOWED:
-        try:
-            case.fn(*case.args, **case.kwargs)
-        except ALLOWED:
-            pass
-    else:
-        with pytest.raises(case.expect):
-            case.fn(*case.args, **case.kwargs)
-    for x, snap in zip(case.watch, snaps):
-        assert_unchanged(x, snap)
-    return calls
+            with pytest.raises(case.expect):
+                case.fn(*case.args, **case.kwargs)
+        for x, snap in zip(case.watch, snaps):
+            assert_unchanged(x, snap)
+    return calls + thread_calls, thread_calls
 
 
 # Cases come from seeds: shrinking stays cheap, and a failing seed reproduces outside pytest
