@@ -385,7 +385,7 @@ def test_folds_copy_read_only_blocks_they_own():
     np.testing.assert_array_equal(out, expected)
     partial = np.zeros((1, 3))
     partial.flags.writeable = False
-    gathered = _tasks.gather_fold_next(partial, idx, [np.arange(6.0).reshape(2, 3)], axis=0, size=2, starts=(0,),
-                                       result_dtype=block.dtype)
+    piece[0, 0] = (np.array([3, 1, 5]), np.array([0, 1, 2]))
+    gathered = _tasks.gather_pieces(partial, [piece], [np.arange(6.0).reshape(2, 3)], result_dtype=block.dtype)
     np.testing.assert_array_equal(gathered, [[3.0, 1.0, 5.0]])
     assert not block.any() and not partial.any()

@@ -81,15 +81,7 @@ def scatter_blockwise(plan: Plan, reduction: str, split_every: int) -> da.Array:
 def scatter_routed(plan: Plan, reduction: str, split_every: int) -> da.Array:
     data, ndim, axis = plan.data, plan.data.ndim, plan.axis
     ind, contracted, axis_letter = _indices(plan)
-    n_dest = data.numblocks[axis]
-    pieces = da.map_blocks(
-        _tasks.route, plan.indices, plan.updates,
-        axis=axis, size=data.shape[axis], starts=_starts(data, axis), data_chunks=data.chunks,
-        dtype=object, meta=_meta(ndim + 1, np.dtype(object)),
-        chunks=tuple((1,) * n for n in plan.indices.numblocks) + ((n_dest,),),
-        new_axis=ndim,
-        token="scatterx-route",
-    ).rechunk({ndim: 1})
+    pieces = _routed_pieces(plan, _tasks.route, plan.indices, plan.updates)
     out = data
     for layer, sel in _groups(pieces.numblocks[axis], split_every):
         out = da.blockwise(
@@ -117,26 +109,37 @@ def gather_blockwise(plan: Plan, split_every: int) -> da.Array:
     )
 
 
+def _routed_pieces(plan: Plan, func, *arrays) -> da.Array:
+    """Per indices block, its pieces by destination data chunk: one object per (block, chunk)."""
+    data, ndim, axis = plan.data, plan.data.ndim, plan.axis
+    n_dest = data.numblocks[axis]
+    return da.map_blocks(
+        func, *arrays,
+        axis=axis, size=data.shape[axis], starts=_starts(data, axis), data_chunks=data.chunks,
+        dtype=object, meta=_meta(ndim + 1, np.dtype(object)),
+        chunks=tuple((1,) * n for n in plan.indices.numblocks) + ((n_dest,),),
+        new_axis=ndim,
+        token="scatterx-route",
+    ).rechunk({ndim: 1})
+
+
 def gather_routed(plan: Plan, split_every: int) -> da.Array:
     data, ndim, axis = plan.data, plan.data.ndim, plan.axis
     ind, contracted, _ = _indices(plan)
-    indices = _checked(plan)
-    starts = _starts(data, axis)
+    dest = _LETTERS[ndim]
+    pieces = _routed_pieces(plan, _tasks.route_positions, plan.indices)
     out = None
-    for layer, sel in _groups(data.numblocks[axis], split_every):
-        group = data.blocks[_along(axis, ndim, sel)]
+    for _, sel in _groups(data.numblocks[axis], split_every):
+        group = pieces.blocks[(slice(None),) * ndim + (sel,)], ind + dest
+        blocks = data.blocks[_along(axis, ndim, sel)], contracted
         common = dict(
-            concatenate=False, align_arrays=False,
-            dtype=plan.dtype, meta=_meta(ndim, plan.dtype),
-            axis=axis, size=data.shape[axis], starts=starts[sel], result_dtype=plan.dtype,
-            token="scatterx-gather-routed",
+            concatenate=False, align_arrays=False, dtype=plan.dtype, meta=_meta(ndim, plan.dtype),
+            result_dtype=plan.dtype, token="scatterx-gather-routed",
         )
         if out is None:
-            out = da.blockwise(_tasks.gather_fold, ind, indices, ind, group, contracted, **common)
+            out = da.blockwise(_tasks.gather_pieces_first, ind, plan.indices, ind, *group, *blocks, **common)
         else:
-            out = da.blockwise(
-                _tasks.gather_fold_next, ind, out, ind, indices, ind, group, contracted, **common
-            )
+            out = da.blockwise(_tasks.gather_pieces, ind, out, ind, *group, *blocks, **common)
     return out
 
 

@@ -196,28 +196,34 @@ def gather_whole(indices, data_blocks, *, axis):
     return gather_elements(data, indices, axis)
 
 
-def gather_fold(indices, data_blocks, out=None, *, axis, size, starts, result_dtype):
-    """Fills the positions of `out` whose index falls in one of `data_blocks`.
+def route_positions(indices, *, axis, size, starts, data_chunks, block_info=None):
+    """`route` for GatherElements: each piece pairs flat positions in data block ``k`` with the
+    flat positions in this indices block that read them."""
+    dtype = np.int32 if indices.size < 2**31 else np.int64
+    positions = np.arange(indices.size, dtype=dtype).reshape(indices.shape)
+    return route(indices, positions, axis=axis, size=size, starts=starts, data_chunks=data_chunks,
+                 block_info=block_info)
 
-    `starts` are the global axis offsets of `data_blocks`. Every position is filled by exactly
-    one block over the whole chain; `out` is created by the first fold and owned by the chain.
+
+def gather_pieces(out, piece_blocks, data_blocks, *, result_dtype, shape=None):
+    """Fills the positions of an output block that read from `data_blocks` (one piece each).
+
+    Every position is filled by exactly one data block over the chain. The first link gets
+    ``out=None`` and the block's `shape`; later links own `out` (copied if read-only).
     """
-    v = indices.astype(np.int64)
-    v += np.where(v < 0, size, 0)
     if out is None:
-        out = np.empty(indices.shape, result_dtype)
-    elif not out.flags.writeable:
-        out = out.copy()
-    for data, start in zip(data_blocks, starts):
-        length = data.shape[axis]
-        hit = (v >= start) & (v < start + length)
-        if not hit.any():
-            continue
-        local = np.where(hit, v - start, 0)
-        np.copyto(out, gather_elements(data, local, axis), where=hit)
+        out = np.empty(shape, result_dtype)
+    elif not out.flags.writeable or not out.flags.c_contiguous:
+        out = np.array(out, order="C")
+    flat_out = out.reshape(-1)
+    for block, data in zip(piece_blocks, data_blocks):
+        piece = block.reshape(-1)[0]
+        if piece is not None:
+            data_pos, out_pos = piece
+            flat_out[out_pos] = np.ravel(data)[data_pos]
     return out
 
 
-def gather_fold_next(out, indices, data_blocks, *, axis, size, starts, result_dtype):
-    """`gather_fold` for the later links of the chain (argument order of the blockwise call)."""
-    return gather_fold(indices, data_blocks, out, axis=axis, size=size, starts=starts, result_dtype=result_dtype)
+def gather_pieces_first(indices, piece_blocks, data_blocks, *, result_dtype):
+    """`gather_pieces` for the first link: the checked indices block gives the shape."""
+    return gather_pieces(None, piece_blocks, data_blocks, result_dtype=result_dtype, shape=indices.shape)
