@@ -14,7 +14,7 @@ import dask.array as da
 import numpy as np
 
 from . import _tasks
-from ._inputs import Plan, _kernel_index_dtype
+from ._inputs import Plan, kernel_index_dtype
 
 _LETTERS = string.ascii_letters
 
@@ -39,7 +39,7 @@ def _along(axis: int, ndim: int, sel: slice) -> tuple:
 
 
 def _checked(plan: Plan) -> da.Array:
-    dtype = _kernel_index_dtype(plan.indices.dtype)
+    dtype = kernel_index_dtype(plan.indices.dtype)
     return plan.indices.map_blocks(
         _tasks.checked_indices,
         axis=plan.axis,
@@ -97,6 +97,7 @@ def scatter_routed(plan: Plan, reduction: str, split_every: int) -> da.Array:
 
 
 def gather_blockwise(plan: Plan, split_every: int) -> da.Array:
+    """One task per indices block; `split_every` does not apply (one data block per task)."""
     ind, contracted, _ = _indices(plan)
     return da.blockwise(
         _tasks.gather_whole, ind,

@@ -85,7 +85,7 @@ class Plan:
     dtype: np.dtype
 
 
-def _kernel_index_dtype(dtype: np.dtype) -> np.dtype:
+def kernel_index_dtype(dtype: np.dtype) -> np.dtype:
     if dtype.kind == "i" and dtype.itemsize in (4, 8):
         return _native(dtype)
     return np.dtype(np.int32) if dtype.itemsize <= 2 else np.dtype(np.int64)
@@ -134,7 +134,7 @@ def scatter_plan(data, indices, updates, axis, reduction) -> tuple[Plan, str]:
     axis, indices, idx_dtype = _check_common(data, indices, axis)
     dtype = _native(data.dtype)
     data_in = _stand_in(data.shape, dtype)
-    idx_in = _stand_in(indices.shape, _kernel_index_dtype(idx_dtype))
+    idx_in = _stand_in(indices.shape, kernel_index_dtype(idx_dtype))
     if isinstance(updates, da.Array):
         _check_known(updates, "updates")
         _rules.as_updates(_stand_in(updates.shape, _native(updates.dtype)), data_in, idx_in)
