@@ -81,11 +81,23 @@ def _gather(data, indices, axis) -> np.ndarray:
     return _kernels.gather(GatherCall(data, indices, axis), None)
 
 
-def _positions(shape: tuple) -> np.ndarray:
-    """Row-major positions ``0..n-1`` in `shape`, in the narrowest native index type."""
-    n = int(np.prod(shape, dtype=np.int64))
-    dtype = np.int32 if n < 2**31 else np.int64
-    return np.arange(n, dtype=dtype).reshape(shape)
+def _small_int(limit: int) -> np.dtype:
+    """The narrowest native signed integer type that holds ``0..limit``."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if limit <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
+
+
+def _axis_positions(shape: tuple, axis: int) -> np.ndarray:
+    """Each position's coordinate along `axis`, as a broadcast (stride-0) view of one arange.
+
+    Updates to one target all come from one fiber, in increasing axis order, so the axis
+    coordinate alone tells which of them comes last; a narrow type keeps the scratch small.
+    """
+    along = shape[axis]
+    column = np.arange(along, dtype=_small_int(max(along - 1, 0)))
+    return np.broadcast_to(column.reshape((-1,) + (1,) * (len(shape) - axis - 1)), shape)
 
 
 def _has_nan(x: np.ndarray) -> bool:
@@ -188,7 +200,7 @@ def _backward_none(res: ScatterResiduals, g: np.ndarray, cdt):
     zero = np.zeros((), g.dtype)
     # Written positions of data lose their gradient: the same scatter as the forward, with zeros.
     grad_data = _scatter(g, idx, np.broadcast_to(zero, idx.shape), axis, "none")
-    pos = _positions(idx.shape)
+    pos = _axis_positions(idx.shape, axis)
     # Only written positions are read back, so the array needs no initial values.
     winner = np.empty(res.data_shape, pos.dtype)
     _scatter(winner, idx, pos, axis, "none", out=winner)
@@ -251,9 +263,10 @@ def exclusive_products(indices: np.ndarray, updates: np.ndarray, axis: int, data
     target. Segmented prefix and suffix products (log-step scans) then give each update the
     products of those before and after it.
     """
-    counts = _scatter(
-        np.zeros(data_shape, np.int32), indices, np.broadcast_to(np.int32(1), indices.shape), axis, "add"
-    )
+    # A target receives at most indices.shape[axis] updates: the narrow type cannot wrap.
+    count_type = _small_int(indices.shape[axis])
+    counts = np.zeros(data_shape, count_type)
+    _scatter(counts, indices, np.broadcast_to(np.ones((), count_type), indices.shape), axis, "add", out=counts)
     members = np.flatnonzero(_gather(counts, indices, axis) > 1)
     if members.size == 0:
         return None
