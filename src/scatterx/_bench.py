@@ -14,6 +14,7 @@ saves. See docs/performance.md.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import json
 import math
@@ -619,6 +620,8 @@ def run(args: argparse.Namespace) -> int:
         repeat=args.repeat or (5 if args.quick else 7),
         min_time=0.01 if args.quick else 0.1,
     )
+    # A peer that crashes the process (it happens: docs/performance.md) then says where.
+    faulthandler.enable()
     load_before = _load()
     started = time.perf_counter()
     _progress(f"scatterx bench: {len(cases)} cases, {', '.join(names)}, {settings.threads} threads")
@@ -665,7 +668,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(header)
     print(format_table(results, names))
-    print(f"geometric mean speedup over the best peer: {_fmt(geomean)}x ({len(speedups)} cases)")
+    print(f"geometric mean speedup over the best peer: {_fmt(geomean)}{'x' if geomean else ''} ({len(speedups)} cases)")
     notes = _notes(results, names)
     if notes:
         print("notes:")
