@@ -100,29 +100,27 @@ def route(indices, updates, *, axis, size, starts, data_chunks, block_info=None)
         return pieces
     shape = [data_chunks[d][where[d]] if d != axis else 0 for d in range(indices.ndim)]
     lengths = np.diff(np.append(starts, size))
-    dest, local = _destinations(idx, size, starts, lengths)
+    block_size = int(np.prod([n for d, n in enumerate(shape) if d != axis], dtype=np.int64)) * int(lengths.max())
+    # Positions are offsets inside one data block: int32 when every block and the axis fit in it
+    # (a third less memory per routed update, and fewer bytes to move).
+    work = np.dtype(np.int32) if max(block_size, size) < 2**31 else np.dtype(np.int64)
+    dest, flat = _destinations(idx, size, starts, lengths, work)
     # flat = ((outer * L_k) + local) * inner + tail, with outer/tail the coordinates before/after
     # the axis ravelled in the data block's shape (indices share the block's origin).
-    stride, inner = 1, 1
-    flat = local
     if any(indices.shape[d] > 1 for d in range(axis)):
-        outer = np.zeros((1,) * indices.ndim, np.int64)
+        outer, stride = np.zeros((1,) * indices.ndim, work), 1
         for d in range(axis - 1, -1, -1):
-            outer = outer + _coordinate(d, indices.shape) * stride
+            outer = outer + _coordinate(d, indices.shape, work) * stride
             stride *= shape[d]
-        flat += outer * (lengths[0] if dest is None else lengths[dest])
-    else:
-        stride = int(np.prod(shape[:axis], dtype=np.int64))
+        flat += outer * (lengths[0] if dest is None else lengths[dest].astype(work))
     if axis < indices.ndim - 1:
-        tail = np.zeros((1,) * indices.ndim, np.int64)
+        tail, inner = np.zeros((1,) * indices.ndim, work), 1
         for d in range(indices.ndim - 1, axis, -1):
-            tail = tail + _coordinate(d, indices.shape) * inner
+            tail = tail + _coordinate(d, indices.shape, work) * inner
             inner *= shape[d]
         flat *= inner
         flat += tail
     flat = flat.ravel()
-    if stride * int(lengths.max()) * inner < 2**31:
-        flat = flat.astype(np.int32)  # a third less memory per routed update
     values = np.ascontiguousarray(updates).ravel()
     if dest is None:
         slots[0] = (flat, values)
@@ -134,9 +132,10 @@ def route(indices, updates, *, axis, size, starts, data_chunks, block_info=None)
         slots[int(hit[0])] = (flat, values)
     elif len(hit) <= 8:
         # A few destinations: one compress per destination beats a sort.
+        mask = np.empty(dest.shape, bool)
         for k in hit:
-            mask = dest == k
-            slots[k] = (flat[mask], values[mask])
+            np.equal(dest, k, out=mask)
+            slots[k] = (np.compress(mask, flat), np.compress(mask, values))
     else:
         order = np.argsort(dest.astype(np.uint8 if n_dest <= 256 else np.uint16 if n_dest <= 65536 else np.int64),
                            kind="stable")
@@ -147,27 +146,29 @@ def route(indices, updates, *, axis, size, starts, data_chunks, block_info=None)
     return pieces
 
 
-def _destinations(idx: np.ndarray, size: int, starts: np.ndarray, lengths: np.ndarray):
-    """(destination chunk or None when there is one chunk, axis coordinate in that chunk)."""
-    v = idx.astype(np.int64)
+def _destinations(idx: np.ndarray, size: int, starts: np.ndarray, lengths: np.ndarray, work: np.dtype):
+    """(destination chunk, or None when there is one chunk; axis coordinate in that chunk).
+
+    The coordinates are a new array of dtype `work` (the caller writes into it).
+    """
+    v = idx
     negative = v < 0
     if negative.any():
-        np.add(v, size, out=v, where=negative)
+        v = np.where(negative, v.astype(np.int64) + size, v)
+    v = v.astype(work, copy=v is idx)
     if len(starts) == 1:
         return None, v
     chunk = int(lengths[0])
     if np.all(lengths[:-1] == chunk) and lengths[-1] <= chunk:
-        dest = v // chunk
-        v -= dest * chunk
-        return dest, v
+        return np.divmod(v, work.type(chunk))
     dest = np.searchsorted(starts, v, side="right") - 1
-    return dest, v - starts[dest]
+    return dest, v - starts[dest].astype(work)
 
 
-def _coordinate(d: int, shape: tuple) -> np.ndarray:
+def _coordinate(d: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
     view = [1] * len(shape)
     view[d] = shape[d]
-    return np.arange(shape[d], dtype=np.int64).reshape(view)
+    return np.arange(shape[d], dtype=dtype).reshape(view)
 
 
 def apply_pieces(out, piece_blocks, *, reduction, owned, result_dtype):
