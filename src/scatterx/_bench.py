@@ -621,7 +621,11 @@ def run(args: argparse.Namespace) -> int:
         min_time=0.01 if args.quick else 0.1,
     )
     # A peer that crashes the process (it happens: docs/performance.md) then says where.
-    faulthandler.enable()
+    if not faulthandler.is_enabled():
+        try:
+            faulthandler.enable()
+        except (OSError, ValueError):  # stderr without a file descriptor (captured)
+            pass
     load_before = _load()
     started = time.perf_counter()
     _progress(f"scatterx bench: {len(cases)} cases, {', '.join(names)}, {settings.threads} threads")
