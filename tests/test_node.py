@@ -52,16 +52,16 @@ def test_output_names_accept_one_string():
 
 
 BAD_ATTRIBUTES = [
-    (dict(reduction="sum"), ValueError, "unknown reduction 'sum'"),
-    (dict(reduction=3), TypeError, "reduction must be a string"),
-    (dict(axis=1.5), TypeError, "axis must be an integer"),
-    (dict(lda_coeff="2"), TypeError, "lda_coeff must be a real number"),
-    (dict(lda_coeff=True), TypeError, "lda_coeff must be a real number"),
-    (dict(lda_coeff=math.nan), ValueError, "lda_coeff must be finite"),
-    (dict(lda_coeff=-math.inf), ValueError, "lda_coeff must be finite"),
-    (dict(training=1), TypeError, "training must be a bool"),
-    (dict(output_names=["a", "b"]), ValueError, "output_names must be one non-empty string"),
-    (dict(output_names=[""]), ValueError, "output_names must be one non-empty string"),
+    ({"reduction": "sum"}, ValueError, "unknown reduction 'sum'"),
+    ({"reduction": 3}, TypeError, "reduction must be a string"),
+    ({"axis": 1.5}, TypeError, "axis must be an integer"),
+    ({"lda_coeff": "2"}, TypeError, "lda_coeff must be a real number"),
+    ({"lda_coeff": True}, TypeError, "lda_coeff must be a real number"),
+    ({"lda_coeff": math.nan}, ValueError, "lda_coeff must be finite"),
+    ({"lda_coeff": -math.inf}, ValueError, "lda_coeff must be finite"),
+    ({"training": 1}, TypeError, "training must be a bool"),
+    ({"output_names": ["a", "b"]}, ValueError, "output_names must be one non-empty string"),
+    ({"output_names": [""]}, ValueError, "output_names must be one non-empty string"),
 ]
 
 
@@ -194,7 +194,7 @@ def test_a_failed_forward_keeps_the_previous_tape():
     node(np.ones(3), [0], [1.0])
     with pytest.raises(IndexError):
         node(np.ones(3), [7], [1.0])
-    gd, gu = node.backward(np.array([1.0, 2, 3]))  # still the first, successful call
+    _, gu = node.backward(np.array([1.0, 2, 3]))  # still the first, successful call
     np.testing.assert_array_equal(gu, [1.0])
 
 

@@ -264,7 +264,7 @@ def test_agrees_with_torch_without_duplicates(reduction, dtype):
     g = rng.standard_normal((5, 6, 4)).astype(dtype)
     ours = sx.scatter_elements_vjp(g, d, i, u, 1, reduction)
     theirs = _torch_vjp(g, d, i, u, 1, reduction)
-    tol = dict(rtol=1e-5 if dtype == np.float32 else 1e-12, atol=0)
+    tol = {"rtol": 1e-5 if dtype == np.float32 else 1e-12, "atol": 0}
     for a, b in zip(ours, theirs):
         if reduction == "mul":
             np.testing.assert_allclose(a, b, **tol)  # PyTorch divides: not bitwise
@@ -452,8 +452,10 @@ def _spec_vjp(g, d, idx, u, axis, reduction):
             for k in ks:
                 gu[k] = g[p] * d[p] * math.prod(u[j] for j in ks if j != k)
         else:
-            def tie(v):
-                return v == y[p] or (math.isnan(v) and math.isnan(y[p]))
+            result = y[p]
+
+            def tie(v, result=result):
+                return v == result or (math.isnan(v) and math.isnan(result))
 
             n = tie(d[p]) + sum(tie(u[k]) for k in ks)
             gd[p] = g[p] / n if tie(d[p]) else 0

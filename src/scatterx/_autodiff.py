@@ -157,10 +157,10 @@ def scatter_residuals(call: ScatterCall, output: np.ndarray | None = None) -> Sc
     The arrays are kept by reference: they must not be modified before the backward pass.
     """
     check_differentiable(call.data.dtype)
-    base = dict(
-        reduction=call.reduction, axis=call.axis, data_shape=call.data.shape,
-        dtype=call.data.dtype, indices=call.indices,
-    )
+    base = {
+        "reduction": call.reduction, "axis": call.axis, "data_shape": call.data.shape,
+        "dtype": call.data.dtype, "indices": call.indices,
+    }
     if call.reduction in _NEEDS_DATA:
         return ScatterResiduals(**base, data=call.data, updates=call.updates)
     if call.reduction in _TIE_REDUCTIONS:
