@@ -8,9 +8,9 @@ session call these steps; ``scatter_elements_vjp`` chains them.
 Every rule is built from the native forward kernels (scatter and gather over fibers) plus
 whole-array NumPy operations, so no Python loop runs over elements:
 
-- none: the last writer of each target comes from scattering the update positions
-  ``arange(n)`` with reduction "none" (the last writer wins by definition) and comparing the
-  gathered winner with each position;
+- none: the last writer of each target comes from scattering each update's axis coordinate
+  with reduction "none" (the last writer wins by definition) and comparing the coordinate
+  gathered back from the target with the update's own;
 - mul: the products of the other updates of a target come from segmented prefix and suffix
   products (log-step scans) over the updates grouped by target with one sort, never from a
   division, so zeros and duplicates are exact;
@@ -38,7 +38,7 @@ from ._rules import (
 _HALF = ("float16", "bfloat16")
 _NEEDS_DATA = ("mul",)
 _TIE_REDUCTIONS = ("max", "min")
-# Keys target * m + rank must fit in int64; past that the grouping falls back to a stable argsort.
+# Grouping keys (target * m + rank) must fit in int64; past that a stable argsort groups instead.
 _KEY_LIMIT = 2**63 - 1
 
 
@@ -220,7 +220,8 @@ def _backward_mul(res: ScatterResiduals, g: np.ndarray, cdt):
     d = res.data.astype(cdt, copy=False)
     u = res.updates.astype(cdt, copy=False)
     conj = np.conj if cdt.kind == "c" else (lambda x: x)
-    product = _scatter(np.ones(res.data_shape, cdt), idx, u, axis, "mul")
+    product = np.ones(res.data_shape, cdt)
+    _scatter(product, idx, u, axis, "mul", out=product)
     grad_data = gc * conj(product)
     grad_updates = _gather(gc * conj(d), idx, axis)
     shared = exclusive_products(idx, u, axis, res.data_shape)
@@ -233,7 +234,8 @@ def _backward_mul(res: ScatterResiduals, g: np.ndarray, cdt):
 def _backward_extremum(res: ScatterResiduals, g: np.ndarray, cdt):
     idx, axis = res.indices, res.axis
     gc = g.astype(cdt, copy=False)
-    ties = _scatter(res.data_ties.astype(cdt), idx, res.update_ties.astype(cdt), axis, "add")
+    ties = res.data_ties.astype(cdt)
+    _scatter(ties, idx, res.update_ties.astype(cdt), axis, "add", out=ties)
     share = np.divide(gc, ties, out=ties)
     zero = np.zeros((), cdt)
     grad_data = np.where(res.data_ties, share, zero)
