@@ -21,6 +21,7 @@ float16 and bfloat16 gradients are computed in float32 and rounded once at the e
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -416,9 +417,12 @@ def gather_elements_vjp(grad_output, data_shape, indices, axis=0) -> np.ndarray:
     ValueError, IndexError
         As for `gather_elements`, and a grad_output whose shape is not that of indices.
     """
-    g = np.asarray(grad_output)
+    g = native(np.asarray(grad_output))
     check_differentiable(g.dtype, "GatherElements")
-    shape = tuple(int(s) for s in data_shape)
+    try:
+        shape = tuple(operator.index(s) for s in data_shape)
+    except TypeError:
+        raise TypeError(f"data_shape must be a sequence of integers, got {data_shape!r}") from None
     call = gather_call(np.broadcast_to(np.zeros((), g.dtype), shape), indices, axis)
     return gather_backward(g, shape, g.dtype, call.indices, call.axis)
 
