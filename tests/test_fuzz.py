@@ -683,7 +683,10 @@ def garbage_case(rng: random.Random, g: np.random.Generator) -> Case:
         values[name] = rng.choice(pool)
     if rng.random() < 0.1:
         values["out"] = rng.choice(pool)
-    return Case(base.fn, (), values, ALLOWED, watch=[v for v in values.values()], note=f"garbage {which}")
+    # A garbage out may still be a valid one (and may be data itself): it can be written.
+    out = values.get("out")
+    watch = [v for k, v in values.items() if k != "out" and v is not out]
+    return Case(base.fn, (), values, ALLOWED, watch=watch, note=f"garbage {which}")
 
 
 # --------------------------------------------------------------------------------- gradients
