@@ -151,7 +151,7 @@ ORDER_CASES = [
 ]
 
 
-@pytest.mark.parametrize("split_every", [1, 2, None])
+@pytest.mark.parametrize("split_every", [1, None])
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize(("reduction", "values", "expected"), ORDER_CASES)
 def test_order_across_blocks(reduction, values, expected, method, split_every):

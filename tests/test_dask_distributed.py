@@ -34,19 +34,20 @@ def _case(rng, data_shape, axis, n_axis):
     return data, indices, updates
 
 
-# (method, axis, data chunks): routed along a chunked axis, blockwise with chunks off the axis.
-SETUPS = [("routed", 0, (5, 10)), ("blockwise", 1, (4, 10))]
+# (method, axis, data chunks, reductions): routed along a chunked axis, blockwise with chunks off
+# the axis (test_dask.py covers every reduction with both; here the point is the pickling).
+SETUPS = [("routed", 0, (5, 10), REDUCTIONS), ("blockwise", 1, (4, 10), ("none", "mul"))]
 
 
 def test_scatter_and_gather_on_worker_processes(client):
     lazy, expected = [], []
-    for method, axis, chunks in SETUPS:
+    for method, axis, chunks, reductions in SETUPS:
         rng = np.random.default_rng(axis)
         data, indices, updates = _case(rng, (12, 10), axis, 17)
         d = da.from_array(data, chunks=chunks)
         i = da.from_array(indices, chunks=(8, 5))
         u = da.from_array(updates, chunks=(6, 3))
-        for reduction in REDUCTIONS:
+        for reduction in reductions:
             lazy.append(sxd.scatter_elements(d, i, u, axis, reduction, method=method, split_every=2))
             expected.append(sx.scatter_elements(data, indices, updates, axis, reduction))
         lazy.append(sxd.gather_elements(d, i, axis, method=method))
