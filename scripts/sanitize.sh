@@ -10,7 +10,8 @@
 # Environment:
 #   SCATTERX_SANITIZE_VENV=DIR   the virtualenv (default build/sanitize-venv); the developer's own
 #                                environment is never touched
-#   SCATTERX_SANITIZE_REBUILD=1  rebuild and reinstall the extension (after editing cpp/)
+#   SCATTERX_SANITIZE_REINSTALL=0  skip the reinstall that picks up changes of src/ and cpp/
+#                                (incremental: seconds when nothing changed)
 #   CC, CXX                      the compiler (default gcc/g++); its sanitizer runtimes are preloaded
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,7 @@ for lib in "$libasan" "$libubsan"; do
 done
 
 py=$venv/bin/python
-rebuild=${SCATTERX_SANITIZE_REBUILD:-0}
+rebuild=${SCATTERX_SANITIZE_REINSTALL:-1}
 if [ ! -x "$py" ]; then
     python3 -m venv "$venv"
     "$py" -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.4" "numpy>=2.0" cmake ninja psutil
