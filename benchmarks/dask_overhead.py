@@ -13,6 +13,7 @@ of the repeats after one warm-up, and the ratio dask / NumPy (lower is better, 1
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -47,6 +48,21 @@ def cases(scale: float):
            (16, 128, 128), (16, 64, 128))
 
 
+def _numpy_path(op, data, idx, upd, axis, reduction):
+    if op == "scatter":
+        return sx.scatter_elements(data, idx, upd, axis, reduction)
+    return sx.gather_elements(data, idx, axis)
+
+
+def _dask_path(op, data, idx, upd, axis, reduction, method, scheduler):
+    """Builds and computes; returns the result and the number of tasks of the graph."""
+    if op == "scatter":
+        lazy = sxd.scatter_elements(data, idx, upd, axis, reduction, method=method)
+    else:
+        lazy = sxd.gather_elements(data, idx, axis, method=method)
+    return lazy.compute(scheduler=scheduler), len(lazy.__dask_graph__())
+
+
 def median_time(fn, repeats: int) -> float:
     fn()
     times = []
@@ -67,12 +83,7 @@ def main(argv=None) -> int:
     print(f"median of {repeats} after a warm-up; ratio = dask / NumPy path; native threads: {sx.get_num_threads()}")
     print(f"{'case':<22} {'numpy ms':>9}  {'strategy':<9} {'scheduler':<11} {'dask ms':>9} {'ratio':>6} {'tasks':>6}")
     for name, op, data, idx, upd, axis, reduction, dchunks, ichunks in cases(scale):
-        if op == "scatter":
-            def numpy_path():
-                return sx.scatter_elements(data, idx, upd, axis, reduction)
-        else:
-            def numpy_path():
-                return sx.gather_elements(data, idx, axis)
+        numpy_path = functools.partial(_numpy_path, op, data, idx, upd, axis, reduction)
         expected = numpy_path()
         base = median_time(numpy_path, repeats)
         ddata = da.from_array(data, chunks=dchunks).persist()
@@ -80,13 +91,7 @@ def main(argv=None) -> int:
         dupd = None if upd is None else da.from_array(upd, chunks=ichunks).persist()
         for method in ("blockwise", "routed"):
             for scheduler in ("threads", "synchronous"):
-                def dask_path():
-                    if op == "scatter":
-                        lazy = sxd.scatter_elements(ddata, didx, dupd, axis, reduction, method=method)
-                    else:
-                        lazy = sxd.gather_elements(ddata, didx, axis, method=method)
-                    return lazy.compute(scheduler=scheduler), len(lazy.__dask_graph__())
-
+                dask_path = functools.partial(_dask_path, op, ddata, didx, dupd, axis, reduction, method, scheduler)
                 with dask.config.set(scheduler=scheduler):
                     result, tasks = dask_path()
                     np.testing.assert_array_equal(result, expected)

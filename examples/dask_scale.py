@@ -80,9 +80,8 @@ def report_progress(client: Client, futures: list) -> None:
     if sys.stdout.isatty():
         progress(futures)
         return
-    start, done, step = time.perf_counter(), 0, max(1, len(futures) // 10)
-    for _ in as_completed(futures):
-        done += 1
+    start, step = time.perf_counter(), max(1, len(futures) // 10)
+    for done, _ in enumerate(as_completed(futures), start=1):
         if done % step == 0 or done == len(futures):
             print(f"  {done}/{len(futures)} blocks done, {time.perf_counter() - start:6.1f} s", flush=True)
 

@@ -23,7 +23,15 @@ from __future__ import annotations
 import dask.array as da
 
 from . import _graph
-from ._inputs import METHODS, Method, check_method, check_split_every, choose, gather_plan, scatter_plan
+from ._inputs import (
+    METHODS,
+    Method,
+    check_method,
+    check_split_every,
+    choose,
+    gather_plan,
+    scatter_plan,
+)
 
 __all__ = ["METHODS", "Method", "gather_elements", "scatter_elements"]
 

@@ -133,10 +133,10 @@ def gather_routed(plan: Plan, split_every: int) -> da.Array:
     for _, sel in _groups(data.numblocks[axis], split_every):
         group = pieces.blocks[(slice(None),) * ndim + (sel,)], ind + dest
         blocks = data.blocks[_along(axis, ndim, sel)], contracted
-        common = dict(
-            concatenate=False, align_arrays=False, dtype=plan.dtype, meta=_meta(ndim, plan.dtype),
-            result_dtype=plan.dtype, token="scatterx-gather-routed",
-        )
+        common = {
+            "concatenate": False, "align_arrays": False, "dtype": plan.dtype, "meta": _meta(ndim, plan.dtype),
+            "result_dtype": plan.dtype, "token": "scatterx-gather-routed",
+        }
         if out is None:
             out = da.blockwise(_tasks.gather_pieces_first, ind, plan.indices, ind, *group, *blocks, **common)
         else:
