@@ -217,6 +217,15 @@ template <class I> inline int64_t normalise(I v, int64_t size) {
     return x < 0 ? x + size : x;
 }
 
+// Contiguous index runs are checked a chunk at a time: when every index of the chunk lies in
+// [0, size) (the usual case), the chunk runs without per-element checks or normalisation.
+inline constexpr int64_t kChunk = 512;
+template <class I> inline bool all_plain(const I* iv, int64_t n, int64_t size) {
+    bool ok = true;
+    for (int64_t j = 0; j < n; ++j) ok &= uint64_t(int64_t(iv[j])) < uint64_t(size);
+    return ok;
+}
+
 // The fiber space of a geometry: the non-axis dimensions; its last one is the inner loop.
 struct FiberSpace {
     Strided<3> f;
@@ -290,12 +299,19 @@ template <class T, class I, Reduction R> struct ScatterBlock {
             T* ov = reinterpret_cast<T*>(op);
             // Prefetching pays only when the fiber does not fit in the cache anyway.
             const int64_t ahead = size * int64_t(sizeof(T)) > kCacheBytes ? kPrefetchAhead : na;
-            for (int64_t j = 0; j < na; ++j) {
-                if (j + ahead < na && in_bounds(iv[j + ahead], size))
-                    __builtin_prefetch(ov + normalise(iv[j + ahead], size), 1);
-                const I raw = iv[j];
-                if (!in_bounds(raw, size)) { *bad = true; continue; }
-                Reducer<R>::apply(ov[normalise(raw, size)], uv[j]);
+            for (int64_t c0 = 0; c0 < na; c0 += kChunk) {
+                const int64_t c1 = std::min(na, c0 + kChunk);
+                if (ahead == na && all_plain(iv + c0, c1 - c0, size)) {
+                    for (int64_t j = c0; j < c1; ++j) Reducer<R>::apply(ov[int64_t(iv[j])], uv[j]);
+                    continue;
+                }
+                for (int64_t j = c0; j < c1; ++j) {
+                    if (j + ahead < na && in_bounds(iv[j + ahead], size))
+                        __builtin_prefetch(ov + normalise(iv[j + ahead], size), 1);
+                    const I raw = iv[j];
+                    if (!in_bounds(raw, size)) { *bad = true; continue; }
+                    Reducer<R>::apply(ov[normalise(raw, size)], uv[j]);
+                }
             }
             return;
         }
@@ -405,11 +421,39 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             std::memcpy(p[2] + j * astr[2] + k * in[2], p[0] + k * in[0] + v * dstr, size_t(N));
         };
         if (count == 1 || !axis_outer) {
-            for (int64_t k = 0; k < count; ++k)
-                for (int64_t j = j0; j < j1; ++j) move(j, k);
+            if (astr[1] == int64_t(sizeof(I)) && astr[2] == N) {
+                // Contiguous fibers: typed addressing, no stride products.
+                for (int64_t k = 0; k < count; ++k) {
+                    const I* iv = reinterpret_cast<const I*>(p[1] + k * in[1]);
+                    const char* dp = p[0] + k * in[0];
+                    char* op = p[2] + k * in[2];
+                    for (int64_t c0 = j0; c0 < j1; c0 += kChunk) {
+                        const int64_t c1 = std::min(j1, c0 + kChunk);
+                        if (all_plain(iv + c0, c1 - c0, size)) {
+                            for (int64_t j = c0; j < c1; ++j) std::memcpy(op + j * N, dp + int64_t(iv[j]) * dstr, size_t(N));
+                            continue;
+                        }
+                        for (int64_t j = c0; j < c1; ++j) {
+                            if (!in_bounds(iv[j], size)) { local_bad = true; continue; }
+                            std::memcpy(op + j * N, dp + normalise(iv[j], size) * dstr, size_t(N));
+                        }
+                    }
+                }
+            } else {
+                for (int64_t k = 0; k < count; ++k)
+                    for (int64_t j = j0; j < j1; ++j) move(j, k);
+            }
         } else {
             const bool contiguous = in[0] == N && in[2] == N && in[1] == int64_t(sizeof(I));
             for (int64_t j = j0; j < j1; ++j) {
+                if (j + kPrefetchRows < j1) {
+                    // Random source rows: start their cache misses a few rows early.
+                    const char* pip = p[1] + (j + kPrefetchRows) * astr[1];
+                    for (int64_t k = 0; k < count; ++k) {
+                        const I raw = *reinterpret_cast<const I*>(pip + k * in[1]);
+                        if (in_bounds(raw, size)) __builtin_prefetch(p[0] + k * in[0] + normalise(raw, size) * dstr);
+                    }
+                }
                 if (contiguous) {
                     const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
                     bool constant = true;
