@@ -969,3 +969,40 @@ def test_gather_vjp_accepts_byte_swapped_grad_output():
     grad = np.array([1.0, 2.0], dtype=">f8")
     result = sx.gather_elements_vjp(grad, (3,), np.array([0, 0]))
     np.testing.assert_array_equal(result, [3.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_bool_arrays_with_bytes_other_than_0_and_1(reduction):
+    """NumPy reads any nonzero byte of a bool array as True (such arrays come from views of
+    uint8 memory); the kernels may not treat those bytes as anything else (in C++, loading a
+    bool that is not 0 or 1 is undefined behaviour)."""
+    raw = np.array([[0, 2, 255, 1], [7, 0, 0, 128]], dtype=np.uint8)
+    data = raw.view(np.bool_)
+    updates = raw[::-1].view(np.bool_)
+    indices = np.array([[1, 0, 1, 1], [0, 0, 1, 0]])
+    truth = raw != 0
+    expected = reference_scatter(truth, indices, truth[::-1], 0, reduction)
+    result = sx.scatter_elements(data, indices, updates, 0, reduction)
+    np.testing.assert_array_equal(result.view(np.uint8) != 0, expected)
+    np.testing.assert_array_equal(sx.gather_elements(data, indices, 0).view(np.uint8) != 0,
+                                  reference_gather(truth, indices, 0))
+
+
+@FUZZ
+@given(SEEDS, st.sampled_from(REDUCTIONS), st.integers(-3, 3))
+def test_out_overlapping_the_inputs(seed, reduction, shift):
+    """out is a shifted window of the buffer that holds data, indices and updates: the result
+    is computed from the inputs as they were before the call."""
+    rng = np.random.default_rng(seed)
+    buf = rng.integers(0, 6, size=40).astype(np.int64)
+    data, out = buf[10:22].reshape(3, 4), buf[10 + shift : 22 + shift].reshape(3, 4)
+    indices, updates = buf[12:20].reshape(2, 4) % 3, buf[8:16].reshape(2, 4)
+    expected = reference_scatter(data.copy(), indices.copy(), updates.copy(), 0, reduction)
+    assert sx.scatter_elements(data, indices, updates, 0, reduction, out=out) is out
+    np.testing.assert_array_equal(out, expected)
+    buf = rng.integers(0, 3, size=40).astype(np.int64)
+    data, out = buf[10:22].reshape(3, 4), buf[10 + shift : 18 + shift].reshape(2, 4)
+    indices = buf[14:22].reshape(2, 4)
+    expected = reference_gather(data.copy(), indices.copy(), 0)
+    assert sx.gather_elements(data, indices, 0, out=out) is out
+    np.testing.assert_array_equal(out, expected)
