@@ -129,7 +129,7 @@ def test_inputs_follow_the_case_definitions():
 
 
 def test_memory_probe_sees_no_allocation_beyond_the_output():
-    report = _bench._memory_subprocess("rows_none", quick=True, threads=1)
+    (report,) = _bench.memory_subprocess(["rows_none"], quick=True, threads=1)
     assert report["output_bytes"] == 4 * np.prod(FAMILIES["rows"].quick_data_shape)
     assert report["numpy_extra_bytes"] <= 0.05 * report["input_bytes"]
 

@@ -311,7 +311,7 @@ def peak_extra(run, output_bytes: int) -> dict:
 def memory_probe(name: str, quick: bool, threads: int) -> dict:
     """`peak_extra` of one scatterx call of case `name`, after a warm-up call.
 
-    Run it in a fresh process (``_memory_subprocess``), so that earlier work does not leave
+    Run it in a fresh process (``memory_subprocess``), so that earlier work does not leave
     freed pages that the call could reuse unseen.
     """
     case = next(c for c in CASES if c.name == name)
@@ -331,20 +331,21 @@ def _as_arrays(result) -> tuple[np.ndarray, ...]:
     return tuple(result) if isinstance(result, tuple) else (result,)
 
 
-def _memory_subprocess(name: str, quick: bool, threads: int) -> dict:
-    # A fixed mmap threshold makes every large allocation a fresh mapping, so that it shows in
-    # the resident set instead of reusing pages that the input generation freed.
+def memory_subprocess(names: list[str], quick: bool, threads: int) -> list[dict]:
+    """`memory_probe` of each case, one after the other, in one fresh Python process."""
+    # A fixed mmap threshold makes every large allocation a fresh mapping, unmapped when freed,
+    # so that it shows in the resident set instead of reusing pages freed by earlier work.
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="65536")
     code = (
         "import json, sys; from scatterx._bench import memory_probe; "
-        "print(json.dumps(memory_probe(sys.argv[1], sys.argv[2] == 'quick', int(sys.argv[3]))))"
+        "print(json.dumps([memory_probe(n, sys.argv[1] == 'quick', int(sys.argv[2])) for n in sys.argv[3:]]))"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, name, "quick" if quick else "full", str(threads)],
+        [sys.executable, "-c", code, "quick" if quick else "full", str(threads), *names],
         capture_output=True, text=True, env=env, check=False,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"memory probe of {name} failed:\n{proc.stderr}")
+        raise RuntimeError(f"memory probe of {', '.join(names)} failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -421,7 +422,7 @@ def format_memory(memory: list[dict]) -> str:
     ]
     for m in memory:
         mb = 1 / 2**20
-        rss = m["rss_extra_bytes"]
+        rss = m["rss_extra_bytes"] if m["rss_extra_bytes"] is None else max(0, m["rss_extra_bytes"])
         rss_text = "n/a" if rss is None else f"{rss * mb:.2f} ({100 * rss / m['input_bytes']:.1f}%)"
         lines.append(
             f"  {m['case']:<12} {m['input_bytes'] * mb:>9.1f} {m['output_bytes'] * mb:>9.1f} "
@@ -618,7 +619,7 @@ def run(args: argparse.Namespace) -> int:
         quick=args.quick,
         threads=args.threads or sx.get_num_threads(),
         repeat=args.repeat or (5 if args.quick else 7),
-        min_time=0.01 if args.quick else 0.1,
+        min_time=0.005 if args.quick else 0.1,
     )
     # A peer that crashes the process (it happens: docs/performance.md) then says where.
     if not faulthandler.is_enabled():
@@ -656,9 +657,10 @@ def run(args: argparse.Namespace) -> int:
     memory, inplace = [], []
     if not args.no_memory:
         chosen = {c.name for c in cases}
-        for name in (n for n in _MEMORY_CASES if n in chosen):
-            _progress(f"memory: {name}")
-            memory.append(_memory_subprocess(name, settings.quick, settings.threads))
+        names = [n for n in _MEMORY_CASES if n in chosen]
+        if names:
+            _progress(f"memory: {', '.join(names)}")
+            memory = memory_subprocess(names, settings.quick, settings.threads)
         for case in (c for c in cases if c.name in _INPLACE_CASES):
             _progress(f"out=data: {case.name}")
             inplace.append(inplace_check(case, settings))
@@ -672,7 +674,8 @@ def run(args: argparse.Namespace) -> int:
     )
     print(header)
     print(format_table(results, names))
-    print(f"geometric mean speedup over the best peer: {_fmt(geomean)}{'x' if geomean else ''} ({len(speedups)} cases)")
+    mean = f"{_fmt(geomean)}x" if geomean else "-"
+    print(f"geometric mean speedup over the best peer: {mean} ({len(speedups)} cases)")
     notes = _notes(results, names)
     if notes:
         print("notes:")
