@@ -61,4 +61,5 @@ if [ "${1:-}" = --run ]; then
     [ "${1:-}" = python ] && { shift; set -- "$py" "$@"; }
     exec "$@"
 fi
-exec "$py" -m pytest -q -p no:cacheprovider "$@"
+# Sanitizer reports go to fd 2, which pytest would capture and lose when the process halts.
+exec "$py" -m pytest -q -p no:cacheprovider --capture=sys "$@"
