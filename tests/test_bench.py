@@ -54,6 +54,17 @@ def test_quick_run_prints_the_table_and_writes_json(tmp_path, capsys):
                               report["cases"][1]["impls"]["scatterx"]["ms"] <= 2e-3)
 
 
+def test_memory_and_out_data_checks_come_under_the_table(capsys):
+    rc = _bench.main(["--quick", "--cases", "rows_none", "--peers", "numpy"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    header = out.splitlines()[1].split()
+    assert header[:4] == ["case", "operation", "scatterx", "numpy"]
+    assert "Peak memory of one scatterx call beyond its output" in out
+    assert "out=data skips the copy of data" in out
+    assert "extra memory beyond the output <= 5% of the inputs" in out
+
+
 def test_a_wrong_peer_is_reported_not_timed():
     def off_by_one_ulp(result):
         wrong = result.copy()

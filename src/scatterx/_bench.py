@@ -657,10 +657,10 @@ def run(args: argparse.Namespace) -> int:
     memory, inplace = [], []
     if not args.no_memory:
         chosen = {c.name for c in cases}
-        names = [n for n in _MEMORY_CASES if n in chosen]
-        if names:
-            _progress(f"memory: {', '.join(names)}")
-            memory = memory_subprocess(names, settings.quick, settings.threads)
+        probed = [n for n in _MEMORY_CASES if n in chosen]
+        if probed:
+            _progress(f"memory: {', '.join(probed)}")
+            memory = memory_subprocess(probed, settings.quick, settings.threads)
         for case in (c for c in cases if c.name in _INPLACE_CASES):
             _progress(f"out=data: {case.name}")
             inplace.append(inplace_check(case, settings))
