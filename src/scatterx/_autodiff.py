@@ -5,12 +5,11 @@ backward pass needs from the forward pass, and ``scatter_backward`` turns a cota
 residuals into input gradients. The nodes (``_node``), the torch bridge and the ONNX training
 session call these steps; ``scatter_elements_vjp`` chains them.
 
-Every rule is built from the native forward kernels (scatter and gather over fibers) plus
-whole-array NumPy operations, so no Python loop runs over elements:
+Every rule is built from native kernels (scatter and gather over fibers, and the backward pass
+of "none") plus whole-array NumPy operations, so no Python loop runs over elements:
 
-- none: the last writer of each target comes from scattering each update's axis coordinate
-  with reduction "none" (the last writer wins by definition) and comparing the coordinate
-  gathered back from the target with the update's own;
+- none: one native pass walks each fiber backwards; an update takes the gradient at its target
+  and leaves a zero there, so only the last writer receives it;
 - mul: the products of the other updates of a target come from segmented prefix and suffix
   products (log-step scans) over the updates grouped by target with one sort, never from a
   division, so zeros and duplicates are exact;
@@ -88,17 +87,6 @@ def _small_int(limit: int) -> np.dtype:
         if limit <= np.iinfo(dtype).max:
             return np.dtype(dtype)
     return np.dtype(np.int64)
-
-
-def _axis_positions(shape: tuple, axis: int) -> np.ndarray:
-    """Each position's coordinate along `axis`, as a broadcast (stride-0) view of one arange.
-
-    Updates to one target all come from one fiber, in increasing axis order, so the axis
-    coordinate alone tells which of them comes last; a narrow type keeps the scratch small.
-    """
-    along = shape[axis]
-    column = np.arange(along, dtype=_small_int(max(along - 1, 0)))
-    return np.broadcast_to(column.reshape((-1,) + (1,) * (len(shape) - axis - 1)), shape)
 
 
 def _has_nan(x: np.ndarray) -> bool:
@@ -197,18 +185,9 @@ def _finish(grad: np.ndarray, dtype: np.dtype, scale: float) -> np.ndarray:
 
 
 def _backward_none(res: ScatterResiduals, g: np.ndarray, cdt):
-    idx, axis = res.indices, res.axis
-    zero = np.zeros((), g.dtype)
-    # Written positions of data lose their gradient: the same scatter as the forward, with zeros.
-    grad_data = _scatter(g, idx, np.broadcast_to(zero, idx.shape), axis, "none")
-    pos = _axis_positions(idx.shape, axis)
-    # Only written positions are read back, so the array needs no initial values.
-    winner = np.empty(res.data_shape, pos.dtype)
-    _scatter(winner, idx, pos, axis, "none", out=winner)
-    overwritten = _gather(winner, idx, axis) != pos
-    grad_updates = _gather(g, idx, axis)
-    np.copyto(grad_updates, zero, where=overwritten)
-    return grad_data, grad_updates
+    # One native pass walks each fiber backwards: an update takes the gradient at its target
+    # and leaves a zero, so only the last writer gets it and written data positions end at 0.
+    return _kernels.take_last_writer(g, res.indices, res.axis)
 
 
 def _backward_add(res: ScatterResiduals, g: np.ndarray, cdt):

@@ -70,6 +70,21 @@ def scatter(call: ScatterCall, out: np.ndarray | None) -> np.ndarray:
     return out
 
 
+def take_last_writer(grad_output: np.ndarray, indices: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """The backward of reduction "none" in one native pass over validated indices.
+
+    Returns ``(grad_data, grad_updates)``: the output gradient with every written position set
+    to zero, and for each update the gradient at its target if it is the last writer there
+    (row-major order), else zero.
+    """
+    grad_data = np.array(grad_output, order="C", copy=True)
+    grad_updates = np.empty(indices.shape, grad_data.dtype)
+    bad = _core.take_last_writer(grad_data, indices, grad_updates, axis)
+    if bad >= 0:
+        raise_out_of_bounds(indices, bad, axis, grad_data.shape[axis])
+    return grad_data, grad_updates
+
+
 def gather(call: GatherCall, out: np.ndarray | None) -> np.ndarray:
     data, indices = call.data, call.indices
     if is_string_dtype(data.dtype):

@@ -471,4 +471,40 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
     return !bad.load();
 }
 
+// The backward of "none": walking each fiber from its last update to its first, every update
+// takes the value at its target and leaves a zero behind. So only the last writer (in row-major
+// order) of a target receives that target's gradient, and written positions end at zero. Moves
+// bytes only (zero is all-zero bytes for every float and complex type). Arrays: 0 = grad_data
+// (holds the output gradient on entry), 1 = indices, 2 = grad_updates. Returns false when an
+// out-of-bounds index was met (skipped).
+template <int64_t N, class I> bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, char* grad_updates) {
+    char* base[3] = {grad_data, const_cast<char*>(indices), grad_updates};
+    const FiberSpace fs = fiber_space(g);
+    if (fs.nfib == 0 || fs.na == 0) return true;
+    const int64_t size = g.axis_size, dstr = g.axis_stride;
+    const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
+    const int fparts = choose_parts(fs.nfib, fs.nfib * fs.na).first;
+    std::atomic<bool> bad{false};
+    parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
+        const int64_t* astr = fs.astr;
+        bool local_bad = false;
+        auto take = [&](int64_t j, int64_t k) {
+            const I raw = *reinterpret_cast<const I*>(p[1] + j * astr[1] + k * in[1]);
+            if (!in_bounds(raw, size)) { local_bad = true; return; }
+            char* target = p[0] + k * in[0] + normalise(raw, size) * dstr;
+            std::memcpy(p[2] + j * astr[2] + k * in[2], target, size_t(N));
+            std::memset(target, 0, size_t(N));
+        };
+        if (axis_outer) {
+            for (int64_t j = fs.na - 1; j >= 0; --j)
+                for (int64_t k = 0; k < count; ++k) take(j, k);
+        } else {
+            for (int64_t k = 0; k < count; ++k)
+                for (int64_t j = fs.na - 1; j >= 0; --j) take(j, k);
+        }
+        if (local_bad) bad.store(true, std::memory_order_relaxed);
+    });
+    return !bad.load();
+}
+
 }  // namespace scatterx
