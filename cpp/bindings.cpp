@@ -46,6 +46,18 @@ template <class F> void dispatch_index(int itemsize, F&& f) {
     throw std::invalid_argument("scatterx._core: indices must be int32 or int64");
 }
 
+// Kernels that only move bytes are instantiated per element size.
+template <class F> void dispatch_itemsize(int64_t itemsize, F&& f) {
+    switch (itemsize) {
+        case 1: return f(std::integral_constant<int64_t, 1>{});
+        case 2: return f(std::integral_constant<int64_t, 2>{});
+        case 4: return f(std::integral_constant<int64_t, 4>{});
+        case 8: return f(std::integral_constant<int64_t, 8>{});
+        case 16: return f(std::integral_constant<int64_t, 16>{});
+        default: throw std::invalid_argument("scatterx._core: unsupported element size");
+    }
+}
+
 struct View {
     char* data;
     int ndim;
@@ -177,14 +189,9 @@ int64_t run_gather(const View& data, const View& idx, const View& out, int axis,
         Geometry g = make_geometry(idx.shape, idx.ndim, axis, data.strides, idx.strides, out.strides,
                                    data.shape[axis]);
         bool ok = true;
-        switch (data.itemsize) {
-            case 1: ok = gather_kernel<1, I>(g, data.data, idx.data, out.data); break;
-            case 2: ok = gather_kernel<2, I>(g, data.data, idx.data, out.data); break;
-            case 4: ok = gather_kernel<4, I>(g, data.data, idx.data, out.data); break;
-            case 8: ok = gather_kernel<8, I>(g, data.data, idx.data, out.data); break;
-            case 16: ok = gather_kernel<16, I>(g, data.data, idx.data, out.data); break;
-            default: throw std::invalid_argument("scatterx._core: unsupported element size");
-        }
+        dispatch_itemsize(data.itemsize, [&](auto n) {
+            ok = gather_kernel<decltype(n)::value, I>(g, data.data, idx.data, out.data);
+        });
         if (!ok) bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, data.shape[axis]);
     });
     return bad;
@@ -213,13 +220,9 @@ int64_t take_last_writer_py(nb::handle grad_data_h, nb::handle indices_h, nb::ha
         MaybeRelease release(worth_releasing(idx, idx));
         Geometry g = make_geometry(idx.shape, idx.ndim, axis, gd.strides, idx.strides, gu.strides, gd.shape[axis]);
         bool ok = true;
-        switch (gd.itemsize) {
-            case 2: ok = take_last_writer<2, I>(g, gd.data, idx.data, gu.data); break;
-            case 4: ok = take_last_writer<4, I>(g, gd.data, idx.data, gu.data); break;
-            case 8: ok = take_last_writer<8, I>(g, gd.data, idx.data, gu.data); break;
-            case 16: ok = take_last_writer<16, I>(g, gd.data, idx.data, gu.data); break;
-            default: throw std::invalid_argument("scatterx._core: unsupported element size");
-        }
+        dispatch_itemsize(gd.itemsize, [&](auto n) {
+            ok = take_last_writer<decltype(n)::value, I>(g, gd.data, idx.data, gu.data);
+        });
         if (!ok) bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, gd.shape[axis]);
     });
     return bad;

@@ -205,11 +205,12 @@ class ScatterCall:
     reduction: str
 
 
-def scatter_call(data, indices, updates, axis, reduction) -> ScatterCall:
-    reduction = check_reduction(reduction)
+def _data_indices_axis(data, indices, axis, reduction=None):
+    """The checks both operators share: data's dtype (and reduction), rank, axis, indices."""
     data = np.asarray(data)
     dtype_category(data.dtype)
-    check_reduction_for_dtype(reduction, data.dtype)
+    if reduction is not None:
+        check_reduction_for_dtype(reduction, data.dtype)
     data = native(data)
     if data.ndim == 0:
         raise ValueError("data must have rank >= 1, got a rank-0 array")
@@ -217,6 +218,12 @@ def scatter_call(data, indices, updates, axis, reduction) -> ScatterCall:
     idx = as_indices(indices, data.shape[axis], axis)
     check_ranks(data, idx)
     check_fits(data.shape, idx.shape, axis)
+    return data, idx, axis
+
+
+def scatter_call(data, indices, updates, axis, reduction) -> ScatterCall:
+    reduction = check_reduction(reduction)
+    data, idx, axis = _data_indices_axis(data, indices, axis, reduction)
     upd = as_updates(updates, data, idx)
     return ScatterCall(data, idx, upd, axis, reduction)
 
@@ -229,13 +236,4 @@ class GatherCall:
 
 
 def gather_call(data, indices, axis) -> GatherCall:
-    data = np.asarray(data)
-    dtype_category(data.dtype)
-    data = native(data)
-    if data.ndim == 0:
-        raise ValueError("data must have rank >= 1, got a rank-0 array")
-    axis = normalize_axis(axis, data.ndim)
-    idx = as_indices(indices, data.shape[axis], axis)
-    check_ranks(data, idx)
-    check_fits(data.shape, idx.shape, axis)
-    return GatherCall(data, idx, axis)
+    return GatherCall(*_data_indices_axis(data, indices, axis))
