@@ -61,5 +61,8 @@ if [ "${1:-}" = --run ]; then
     [ "${1:-}" = python ] && { shift; set -- "$py" "$@"; }
     exec "$@"
 fi
+# Third-party code that ASan stops at, left out by exact test id (docs/hardening.md):
+# onnxruntime reads a numpy "S1" array (no NUL terminator) with strlen, one byte past the buffer.
+known=(--deselect "tests/test_peers.py::test_onnxruntime_refuses_non_utf8_bytes")
 # Sanitizer reports go to fd 2, which pytest would capture and lose when the process halts.
-exec "$py" -m pytest -q -p no:cacheprovider --capture=sys "$@"
+exec "$py" -m pytest -q -p no:cacheprovider --capture=sys "${known[@]}" "$@"
