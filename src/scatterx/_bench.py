@@ -516,8 +516,9 @@ def plot(results: list[CaseResult], names: list[str], path: str, title: str) -> 
     ax.set_ylim(len(shown) - 0.5, -0.5)
     ax.set_xlabel("time relative to scatterx (log scale; right of 1: slower than scatterx)")
     ax.set_title(title)
-    ax.legend(loc="lower right", fontsize="small")
-    fig.tight_layout()
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize="small", frameon=False)
+    fig.tight_layout(rect=(0, 0.4 / fig.get_figheight(), 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
