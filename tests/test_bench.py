@@ -121,6 +121,17 @@ def test_an_unsupported_case_becomes_a_note():
     assert "tiny_3x3 / scatterx: unchecked: no peer ran this case" in notes
 
 
+def test_a_missing_peer_leaves_its_column_empty_with_one_note():
+    absent = Impl("ghost", SCATTERX.prepare, requires=("scatterx_no_such_module",))
+    gather = next(c for c in CASES if c.name == "gather_3x3")
+    results = [_bench.run_case(c, [SCATTERX, absent], SETTINGS, bandwidth=1e9) for c in (TINY, gather)]
+    assert all(r.impls["ghost"].status == "skipped" for r in results)
+    notes = _bench._notes(results, ["scatterx", "ghost"])
+    assert [n for n in notes if n.startswith("ghost")] == [
+        "ghost: scatterx_no_such_module is not installed (its column is empty)"
+    ]
+
+
 def test_moved_bytes_is_the_streaming_formula():
     case = next(c for c in CASES if c.name == "max0")
     inputs = build_inputs(case, quick=True)
