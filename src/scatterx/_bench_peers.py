@@ -5,9 +5,9 @@ Every implementation has one signature: ``prepare(case, inputs, threads)`` retur
 that call's result into NumPy arrays for the correctness check. Everything a user would do once
 (converting arrays to tensors, building an onnxruntime session) happens in ``prepare``, outside
 the timing; everything a user must do per call (copying data before an in-place NumPy routine,
-building the index tuple of ``ufunc.at``) happens in ``run``. NumPy and PyTorch receive an
-expanded index (message passing) as the stride-0 view a user would pass, which PyTorch has a
-fast path for; scatterx and onnxruntime read it materialised. An implementation that does not
+building the index tuple of ``ufunc.at``) happens in ``run``. scatterx, NumPy and PyTorch
+receive an expanded index (message passing) as the stride-0 view a user would pass (PyTorch has
+a fast path for it); onnxruntime, which needs a contiguous input, reads it materialised. An implementation that does not
 define a case raises `Unsupported` with the reason, which the table prints as a note.
 """
 
@@ -69,7 +69,7 @@ def _prepare_scatterx(case: Case, inputs: Inputs, threads: int) -> Prepared:
     import scatterx as sx
 
     sx.set_num_threads(threads)
-    d, i, u, g, axis = inputs.data, inputs.indices, inputs.updates, inputs.grad, case.axis
+    d, i, u, g, axis = inputs.data, inputs.expanded_indices(), inputs.updates, inputs.grad, case.axis
     if case.op == "scatter":
         return Prepared(lambda: sx.scatter_elements(d, i, u, axis, case.reduction), _as_tuple)
     if case.op == "gather":
@@ -77,7 +77,9 @@ def _prepare_scatterx(case: Case, inputs: Inputs, threads: int) -> Prepared:
     if case.op == "scatter_vjp":
         if not hasattr(sx, "scatter_elements_vjp"):
             raise Unsupported("this scatterx has no scatter_elements_vjp")
-        return Prepared(lambda: sx.scatter_elements_vjp(g, d, i, u, axis, case.reduction), _as_tuple)
+        # Like PyTorch's backward, which reuses the forward result it saved, max/min get it.
+        y = sx.scatter_elements(d, i, u, axis, case.reduction) if case.reduction in ("max", "min") else None
+        return Prepared(lambda: sx.scatter_elements_vjp(g, d, i, u, axis, case.reduction, output=y), _as_tuple)
     if not hasattr(sx, "gather_elements_vjp"):
         raise Unsupported("this scatterx has no gather_elements_vjp")
     return Prepared(lambda: sx.gather_elements_vjp(g, d.shape, i, axis), _as_tuple)

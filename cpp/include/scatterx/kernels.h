@@ -328,17 +328,20 @@ template <class T, class I, Reduction R>
 void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count,
                   const int64_t* in, int64_t na, const int64_t* astr) {
     const bool contiguous = in[0] == int64_t(sizeof(T)) && in[2] == int64_t(sizeof(T));
+    const bool typed = contiguous && in[1] == int64_t(sizeof(I));
+    // Prefetching pays only when the rows targeted do not fit in the cache anyway.
+    const bool far = sb.size * sb.ostr > kCacheBytes;
     for (int64_t j = 0; j < na; ++j) {
         const char* ip = p[1] + j * astr[1];
+        const I* iv = reinterpret_cast<const I*>(ip);
         const T* up = reinterpret_cast<const T*>(p[2] + j * astr[2]);
         if (contiguous) {
             // The expanded index of message passing: one target for the whole row of fibers,
             // so the row is combined as one contiguous (vectorisable) span.
-            const I first = *reinterpret_cast<const I*>(ip);
+            const I first = iv[0];
             bool constant = true;
             if (in[1] != 0) {
-                const I* iv = reinterpret_cast<const I*>(ip);
-                if (in[1] == int64_t(sizeof(I))) {
+                if (typed) {
                     for (int64_t k = 1; k < count; ++k) constant &= iv[k] == first;
                 } else {
                     for (int64_t k = 1; k < count; ++k)
@@ -347,12 +350,19 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
             }
             if (constant) {
                 if (!in_bounds(first, sb.size)) { *sb.bad = true; continue; }
+                if (far && j + kPrefetchRows < na) {
+                    const I ahead = *reinterpret_cast<const I*>(ip + kPrefetchRows * astr[1]);
+                    if (in_bounds(ahead, sb.size)) {
+                        const char* row = p[0] + normalise(ahead, sb.size) * sb.ostr;
+                        for (int64_t b = 0; b < count * int64_t(sizeof(T)); b += 64) __builtin_prefetch(row + b, 1);
+                    }
+                }
                 T* __restrict dst = reinterpret_cast<T*>(p[0] + normalise(first, sb.size) * sb.ostr);
                 for (int64_t k = 0; k < count; ++k) Reducer<R>::apply(dst[k], up[k]);
                 continue;
             }
         }
-        if (j + kPrefetchRows < na) {
+        if (far && j + kPrefetchRows < na) {
             // Targets are random rows: ask for the lines of a later row now, so that many
             // cache misses are in flight at once instead of one after another.
             const char* pip = ip + kPrefetchRows * astr[1];
@@ -361,6 +371,12 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
                 if (in_bounds(raw, sb.size))
                     __builtin_prefetch(p[0] + k * in[0] + normalise(raw, sb.size) * sb.ostr, 1);
             }
+        }
+        if (typed && all_plain(iv, count, sb.size)) {
+            T* ov = reinterpret_cast<T*>(p[0]);
+            for (int64_t k = 0; k < count; ++k)
+                Reducer<R>::apply(*reinterpret_cast<T*>(reinterpret_cast<char*>(ov + k) + int64_t(iv[k]) * sb.ostr), up[k]);
+            continue;
         }
         for (int64_t k = 0; k < count; ++k) {
             const I raw = *reinterpret_cast<const I*>(ip + k * in[1]);
@@ -445,8 +461,26 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             }
         } else {
             const bool contiguous = in[0] == N && in[2] == N && in[1] == int64_t(sizeof(I));
+            const bool far = size * dstr > kCacheBytes;
             for (int64_t j = j0; j < j1; ++j) {
-                if (j + kPrefetchRows < j1) {
+                const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
+                char* op = p[2] + j * astr[2];
+                if (contiguous) {
+                    bool constant = true;
+                    for (int64_t k = 1; k < count; ++k) constant &= iv[k] == iv[0];
+                    if (constant && in_bounds(iv[0], size)) {
+                        if (far && j + kPrefetchRows < j1) {
+                            const I ahead = *reinterpret_cast<const I*>(p[1] + (j + kPrefetchRows) * astr[1]);
+                            if (in_bounds(ahead, size)) {
+                                const char* row = p[0] + normalise(ahead, size) * dstr;
+                                for (int64_t b = 0; b < count * N; b += 64) __builtin_prefetch(row + b);
+                            }
+                        }
+                        std::memcpy(op, p[0] + normalise(iv[0], size) * dstr, size_t(count * N));
+                        continue;
+                    }
+                }
+                if (far && j + kPrefetchRows < j1) {
                     // Random source rows: start their cache misses a few rows early.
                     const char* pip = p[1] + (j + kPrefetchRows) * astr[1];
                     for (int64_t k = 0; k < count; ++k) {
@@ -454,14 +488,10 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                         if (in_bounds(raw, size)) __builtin_prefetch(p[0] + k * in[0] + normalise(raw, size) * dstr);
                     }
                 }
-                if (contiguous) {
-                    const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
-                    bool constant = true;
-                    for (int64_t k = 1; k < count; ++k) constant &= iv[k] == iv[0];
-                    if (constant && in_bounds(iv[0], size)) {
-                        std::memcpy(p[2] + j * astr[2], p[0] + normalise(iv[0], size) * dstr, size_t(count * N));
-                        continue;
-                    }
+                if (contiguous && all_plain(iv, count, size)) {
+                    for (int64_t k = 0; k < count; ++k)
+                        std::memcpy(op + k * N, p[0] + k * N + int64_t(iv[k]) * dstr, size_t(N));
+                    continue;
                 }
                 for (int64_t k = 0; k < count; ++k) move(j, k);
             }
