@@ -25,9 +25,9 @@ import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-import test_fuzz  # noqa: E402  (the generator and the checks live with the tests)
+import test_fuzz  # the generator and the checks live with the tests
 
-import scatterx as sx  # noqa: E402
+import scatterx as sx
 
 
 def main(argv=None) -> int:
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
                 made, thread_calls = test_fuzz.check_case(case, args.repeats)
                 calls += made
                 set_threads += thread_calls
-            except Exception:
+            except Exception:  # noqa: BLE001 -- every failure is reported with its seed, the run goes on
                 failures += 1
                 calls += 1
                 print(f"FAIL seed={i} ({case.note})", file=sys.stderr)

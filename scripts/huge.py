@@ -45,6 +45,16 @@ def expect_index_error(fn) -> str:
     raise AssertionError("an out-of-bounds index did not raise IndexError")
 
 
+def check_copy(data: np.ndarray, positions: np.ndarray, expected: dict) -> None:
+    """A scatter into a new array: the 3 GiB copy of data, then three updates."""
+    result = step("scatter max into a new array (3 GiB copy)",
+                  lambda: sx.scatter_elements(data, positions[:3], np.full(3, 200, np.uint8), 0, "max"))
+    assert result[0] == 200 and result[2**31 - 1] == 200 and result[2**31] == 200
+    assert result[N - 1] == expected[N - 1]
+    assert step("  count_nonzero of the copy", lambda: np.count_nonzero(result)) == len(expected)
+    assert step("  the copy equals data elsewhere", lambda: np.array_equal(result[2**31 + 1 :], data[2**31 + 1 :]))
+
+
 def main() -> None:
     free = available_memory()
     if free and free < NEED:
@@ -68,15 +78,12 @@ def main() -> None:
     got = step("gather, int64 indices", lambda: sx.gather_elements(data, indices, 0))
     np.testing.assert_array_equal(got, [expected[int(p) + (N if p < 0 else 0)] for p in indices])
 
-    result = step("scatter max into a new array (3 GiB copy)", lambda: sx.scatter_elements(data, positions[:3], np.full(3, 200, np.uint8), 0, "max"))
-    assert result[0] == 200 and result[2**31 - 1] == 200 and result[2**31] == 200 and result[N - 1] == expected[N - 1]
-    assert step("  count_nonzero of the copy", lambda: np.count_nonzero(result)) == len(expected)
-    assert step("  the copy equals data elsewhere", lambda: np.array_equal(result[2**31 + 1 :], data[2**31 + 1 :]))
-    del result
+    check_copy(data, positions, expected)  # its 3 GiB result is freed on return
 
     # Out-of-bounds values around the size and the 32-bit limits: IndexError, nothing written.
     for bad in (N, -N - 1, 2**32, 2**63 - 1):
-        msg = expect_index_error(lambda: sx.scatter_elements(data, np.array([5, bad]), np.array([9, 9], np.uint8), 0, "none", out=data))
+        msg = expect_index_error(lambda bad=bad: sx.scatter_elements(
+            data, np.array([5, bad]), np.array([9, 9], np.uint8), 0, "none", out=data))
         assert str(bad) in msg and data[5] == 0, msg
     print(f"{'IndexError for N, -N-1, 2**32, 2**63-1; nothing written':70s}")
 

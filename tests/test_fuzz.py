@@ -19,7 +19,6 @@ deadline, for the instrumented build); ``SCATTERX_FUZZ_EXAMPLES=N`` sets the exa
 from __future__ import annotations
 
 import math
-import operator
 import os
 import random
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ except ImportError:  # the literal oracle lands with another issue; the fast ref
 ALLOWED = (TypeError, ValueError, IndexError)
 
 _EXAMPLES = os.environ.get("SCATTERX_FUZZ_EXAMPLES")
-_COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
+_COMMON = {"deadline": None, "suppress_health_check": list(HealthCheck), "derandomize": False}
 settings.register_profile("scatterx-ci", max_examples=int(_EXAMPLES or 150), **_COMMON)
 settings.register_profile("scatterx-long", max_examples=int(_EXAMPLES or 200_000), **_COMMON)
 settings.register_profile("scatterx-sanitize", max_examples=int(_EXAMPLES or 300), **_COMMON)

@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 
-import leak_check  # noqa: E402
+import leak_check
 
 CALLS = 6_000
 
