@@ -424,6 +424,10 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
     const int64_t size = g.axis_size, dstr = g.axis_stride;
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
     auto [fparts, xparts] = choose_parts(fs.nfib, fs.nfib * fs.na);
+    if (axis_outer && fparts > 1 && fs.na >= fparts) {
+        // Outputs are independent: split the axis positions, so each thread keeps whole rows.
+        std::swap(fparts, xparts);
+    }
     std::atomic<bool> bad{false};
     parallel_blocks(fs, base, fparts, xparts, [&](char* const* p, int64_t count, const int64_t* in,
                                                   int xp, int xn) {
@@ -461,13 +465,15 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             }
         } else {
             const bool contiguous = in[0] == N && in[2] == N && in[1] == int64_t(sizeof(I));
+            const bool broadcast = in[0] == N && in[2] == N && in[1] == 0;  // a stride-0 index row
             const bool far = size * dstr > kCacheBytes;
             for (int64_t j = j0; j < j1; ++j) {
                 const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
                 char* op = p[2] + j * astr[2];
-                if (contiguous) {
+                if (contiguous || broadcast) {
                     bool constant = true;
-                    for (int64_t k = 1; k < count; ++k) constant &= iv[k] == iv[0];
+                    if (contiguous)
+                        for (int64_t k = 1; k < count; ++k) constant &= iv[k] == iv[0];
                     if (constant && in_bounds(iv[0], size)) {
                         if (far && j + kPrefetchRows < j1) {
                             const I ahead = *reinterpret_cast<const I*>(p[1] + (j + kPrefetchRows) * astr[1]);
