@@ -36,6 +36,10 @@ def test_python_objects_do_not_accumulate(figures):
     assert figures["traced_growth"] < 8 * CALLS, figures["series"]
 
 
+@pytest.mark.skipif(
+    "libasan" in os.environ.get("LD_PRELOAD", ""),
+    reason="under AddressSanitizer freed memory waits in a quarantine of up to 256 MB: RSS says nothing",
+)
 def test_resident_memory_stays_flat(figures):
     # The second half only: the allocator settles during the first.
     assert figures["rss_growth_second_half"] < 8 * 2**20, figures["series"]
