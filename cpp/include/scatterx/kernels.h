@@ -358,7 +358,12 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
                     }
                 }
                 T* __restrict dst = reinterpret_cast<T*>(p[0] + normalise(first, sb.size) * sb.ostr);
-                for (int64_t k = 0; k < count; ++k) Reducer<R>::apply(dst[k], up[k]);
+                int64_t done = 0;
+#ifdef SCATTERX_HAVE_F16C_PATH
+                if constexpr (std::is_same_v<T, float16> && R == Reduction::add)
+                    if (cpu_has_f16c()) done = add_f16_f16c(dst, up, count);
+#endif
+                for (int64_t k = done; k < count; ++k) Reducer<R>::apply(dst[k], up[k]);
                 continue;
             }
         }
