@@ -99,3 +99,16 @@ def test_out_of_bounds_inside_a_plain_looking_row_is_caught():
         sx.scatter_elements(data, indices, np.ones((5, 64), np.float32), reduction="add")
     with pytest.raises(IndexError, match=r"index 10 at indices\[3, 63\]"):
         sx.gather_elements(data, indices)
+
+
+def test_precheck_of_a_broadcast_index_names_the_first_position():
+    """With out= every index is checked first; a stride-0 index is read once per distinct value,
+    and the error still names the first bad position in row-major order."""
+    rows = np.broadcast_to(np.array([[0], [1], [7], [2], [9]]), (5, 6))
+    out = np.full((3, 6), 5.0)
+    with pytest.raises(IndexError, match=r"index 7 at indices\[2, 0\]"):
+        sx.scatter_elements(np.zeros((3, 6)), rows, np.ones((5, 6)), reduction="add", out=out)
+    np.testing.assert_array_equal(out, 5.0)
+    cols = np.broadcast_to(np.array([0, 1, 2, -9, 1, 30]), (3, 6))
+    with pytest.raises(IndexError, match=r"index -9 at indices\[0, 3\]"):
+        sx.gather_elements(np.zeros((3, 6)), cols, axis=1, out=np.zeros((3, 6)))

@@ -106,10 +106,15 @@ template <class I> inline bool out_of_bounds(I v, int64_t size) {
 template <class I>
 int64_t find_bad_index(const char* indices, const int64_t* shape, const int64_t* strides, int ndim,
                        int64_t size) {
+    // A stride-0 (broadcast) dimension repeats the same values: only its first position is
+    // read, and that is also where the first bad value lies in row-major order.
     Strided<1> s;
     s.ndim = ndim;
+    int64_t reduced[kMaxDims];
     for (int d = 0; d < ndim; ++d) {
-        s.shape[d] = shape[d];
+        if (shape[d] == 0) return -1;
+        reduced[d] = strides[d] == 0 ? 1 : shape[d];
+        s.shape[d] = reduced[d];
         s.stride[0][d] = strides[d];
     }
     coalesce(s, -1);
@@ -146,8 +151,17 @@ int64_t find_bad_index(const char* indices, const int64_t* shape, const int64_t*
             });
         }
     });
-    for (int64_t f : first)
-        if (f >= 0) return f;
+    for (int64_t f : first) {
+        if (f < 0) continue;
+        // From the flat position over the reduced shape to the one over the full shape.
+        int64_t full = 0, scale = 1;
+        for (int d = ndim - 1; d >= 0; --d) {
+            full += (f % reduced[d]) * scale;
+            f /= reduced[d];
+            scale *= shape[d];
+        }
+        return full;
+    }
     return -1;
 }
 
