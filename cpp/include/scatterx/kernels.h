@@ -376,6 +376,8 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
 #ifdef SCATTERX_HAVE_F16C_PATH
                 if constexpr (std::is_same_v<T, float16> && R == Reduction::add)
                     if (cpu_has_f16c()) done = add_f16_f16c(dst, up, count);
+                if constexpr (std::is_same_v<T, bfloat16> && R == Reduction::add)
+                    if (cpu_has_avx2()) done = add_bf16_avx2(dst, up, count);
 #endif
                 for (int64_t k = done; k < count; ++k) Reducer<R>::apply(dst[k], up[k]);
                 continue;

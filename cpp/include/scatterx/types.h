@@ -125,6 +125,31 @@ inline bool cpu_has_f16c() {
     static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
     return has;
 }
+
+// dst[k] = bf16(float(dst[k]) + float(src[k])) eight at a time with AVX2: widening is a shift,
+// then one float32 add and the same round-to-nearest-even (NaN: sign | 0x7fc0) as float_to_bf16.
+__attribute__((target("avx2"))) inline int64_t add_bf16_avx2(bfloat16* dst, const bfloat16* src, int64_t n) {
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i sign = _mm256_set1_epi32(0x8000), quiet = _mm256_set1_epi32(0x7fc0);
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256i a = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dst + k))), 16);
+        __m256i b = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k))), 16);
+        __m256 c = _mm256_add_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b));
+        __m256i x = _mm256_castps_si256(c), high = _mm256_srli_epi32(x, 16);
+        __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, _mm256_and_si256(high, one))), 16);
+        __m256i nan = _mm256_or_si256(_mm256_and_si256(high, sign), quiet);
+        rounded = _mm256_blendv_epi8(rounded, nan, _mm256_castps_si256(_mm256_cmp_ps(c, c, _CMP_UNORD_Q)));
+        // 32 -> 16 bits: packus works per 128-bit lane, so gather the two low quadwords.
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(rounded, rounded), 0x08);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + k), _mm256_castsi256_si128(packed));
+    }
+    return k;
+}
+inline bool cpu_has_avx2() {
+    static const bool has = __builtin_cpu_supports("avx2");
+    return has;
+}
 #endif
 template <> struct Arith<bfloat16> : Arith16<bfloat16, bf16_to_float, float_to_bf16> {};
 
