@@ -234,7 +234,7 @@ int64_t take_last_writer_py(nb::handle grad_data_h, nb::handle indices_h, nb::ha
 int bfloat16_type_num = -1;
 
 template <class T> constexpr char numpy_kind() {
-    if constexpr (std::is_same_v<T, bool>) return 'b';
+    if constexpr (std::is_same_v<T, boolean>) return 'b';
     else if constexpr (std::is_integral_v<T>) return std::is_signed_v<T> ? 'i' : 'u';
     else if constexpr (is_complex_v<T>) return 'c';
     else if constexpr (std::is_same_v<T, bfloat16>) return 'V';

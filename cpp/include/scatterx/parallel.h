@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -20,15 +21,12 @@ class ThreadPool {
         return *pool;
     }
 
-    int num_threads() const { return num_threads_; }
-    void set_num_threads(int n) {
-        std::lock_guard<std::mutex> busy(busy_);
-        num_threads_ = std::max(1, n);
-    }
+    int num_threads() const { return num_threads_.load(std::memory_order_relaxed); }
+    void set_num_threads(int n) { num_threads_.store(std::max(1, n), std::memory_order_relaxed); }
 
     // Runs fn(worker, n_workers) on up to `want` workers and returns when all are done.
     void run(int want, const std::function<void(int, int)>& fn) {
-        int n = std::min(want, num_threads_);
+        int n = std::min(want, num_threads());
         std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
         if (n <= 1 || !busy.owns_lock()) {
             fn(0, 1);
@@ -83,7 +81,7 @@ class ThreadPool {
         }
     }
 
-    int num_threads_;
+    std::atomic<int> num_threads_;
     std::mutex busy_;
     std::mutex m_;
     std::condition_variable cv_, done_cv_;

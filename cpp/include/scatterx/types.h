@@ -17,6 +17,9 @@
 
 namespace scatterx {
 
+// bool elements are read as bytes: NumPy bool arrays can hold bytes other than 0 and 1 (views of
+// uint8 data), and loading such a byte as a C++ bool is undefined behaviour. Nonzero is true.
+struct boolean { uint8_t v; };
 struct float16 { uint16_t bits; };
 struct bfloat16 { uint16_t bits; };
 template <class F> struct complex_t { F re, im; };
@@ -67,15 +70,15 @@ inline uint16_t float_to_bf16(float f) {
 // ties and propagate NaN (like np.maximum(current, update)).
 template <class T, class Enable = void> struct Arith;
 
-template <> struct Arith<bool> {
-    static bool add(bool a, bool b) { return a || b; }
-    static bool mul(bool a, bool b) { return a && b; }
-    static bool max(bool a, bool b) { return a || b; }
-    static bool min(bool a, bool b) { return a && b; }
+template <> struct Arith<boolean> {
+    static boolean add(boolean a, boolean b) { return boolean{uint8_t((a.v | b.v) != 0)}; }
+    static boolean mul(boolean a, boolean b) { return boolean{uint8_t(a.v != 0 && b.v != 0)}; }
+    static boolean max(boolean a, boolean b) { return add(a, b); }
+    static boolean min(boolean a, boolean b) { return mul(a, b); }
 };
 
 template <class T>
-struct Arith<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
+struct Arith<T, std::enable_if_t<std::is_integral_v<T>>> {
     // Unsigned arithmetic of at least int's width: wraps modulo 2^n without undefined
     // behaviour (uint16 * uint16 would otherwise promote to signed int and overflow).
     using W = std::common_type_t<std::make_unsigned_t<T>, unsigned int>;
@@ -165,7 +168,7 @@ template <class F> inline constexpr bool is_complex_v<complex_t<F>> = true;
 // The one list of native element types. Its order defines the type codes that the binding
 // exports to Python (by name), so no other file repeats it.
 template <class... Ts> struct type_list {};
-using element_types = type_list<bool, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
+using element_types = type_list<boolean, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
                                 uint32_t, uint64_t, float16, bfloat16, float, double, complex64,
                                 complex128>;
 inline constexpr const char* element_type_names[] = {
