@@ -13,15 +13,26 @@ from ._bench import run as _run_bench
 from ._rules import REDUCTIONS
 
 
-def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    from .onnx._run_cli import add_arguments
+def _needs_onnx(what: str, error: ImportError) -> int:
+    print(f"{what} needs the onnx extra ({error}): pip install 'scatterx[onnx]'", file=sys.stderr)
+    return 1
 
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    try:
+        from .onnx._run_cli import add_arguments
+    except ImportError:
+        # Without onnx the other subcommands still work; `run` then explains what is missing.
+        parser.add_argument("arguments", nargs=argparse.REMAINDER)
+        return
     add_arguments(parser)
 
 
 def _run_model(args: argparse.Namespace) -> int:
-    from .onnx._run_cli import main as run_model
-
+    try:
+        from .onnx._run_cli import main as run_model
+    except ImportError as e:
+        return _needs_onnx("scatterx run", e)
     return run_model(args)
 
 
@@ -45,8 +56,10 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"  -> {result.tolist()}")
     gathered = _ops.gather_elements(result, np.array([[3, 1, -1]]), axis=1)
     print(f"GatherElements of that result at [[3, 1, -1]] along axis 1 -> {gathered.tolist()}")
-    from .onnx._demo import run as train_demo
-
+    try:
+        from .onnx._demo import run as train_demo
+    except ImportError as e:
+        return _needs_onnx("\nThe training part of the demo", e)
     return train_demo(steps=args.steps, output=args.output)
 
 
