@@ -205,19 +205,21 @@ int64_t gather(nb::handle data_h, nb::handle indices_h, nb::handle out_h, int ax
     return run_gather(data, idx, out, axis, precheck);
 }
 
-// The backward of reduction "none" in place: grad_data holds the output gradient on entry and
-// ends with written positions zeroed; grad_updates receives the gradient of each last writer
+// The backward of reduction "none": grad_output is copied into grad_data (in parallel), whose
+// written positions then end at zero; grad_updates receives the gradient of each last writer
 // (zero for overwritten updates). Returns -1 or the first bad flat position.
-int64_t take_last_writer_py(nb::handle grad_data_h, nb::handle indices_h, nb::handle grad_updates_h, int axis) {
-    View gd = view(grad_data_h, "grad_data", true), idx = view(indices_h, "indices");
-    View gu = view(grad_updates_h, "grad_updates", true);
+int64_t take_last_writer_py(nb::handle grad_output_h, nb::handle indices_h, nb::handle grad_data_h,
+                            nb::handle grad_updates_h, int axis) {
+    View go = view(grad_output_h, "grad_output"), gd = view(grad_data_h, "grad_data", true);
+    View idx = view(indices_h, "indices"), gu = view(grad_updates_h, "grad_updates", true);
     check_geometry(gd, idx, axis);
-    if (!same_shape(idx, gu) || gu.itemsize != gd.itemsize)
+    if (!same_shape(idx, gu) || !same_shape(go, gd) || gu.itemsize != gd.itemsize || go.itemsize != gd.itemsize)
         throw std::invalid_argument("scatterx._core: shape or element size mismatch");
     int64_t bad = -1;
     dispatch_index(int(idx.itemsize), [&](auto it) {
         using I = typename decltype(it)::type;
-        MaybeRelease release(worth_releasing(idx, idx));
+        MaybeRelease release(worth_releasing(gd, idx));
+        copy_strided(gd.data, gd.strides, go.data, go.strides, go.shape, go.ndim, go.itemsize);
         Geometry g = make_geometry(idx.shape, idx.ndim, axis, gd.strides, idx.strides, gu.strides, gd.shape[axis]);
         bool ok = true;
         dispatch_itemsize(gd.itemsize, [&](auto n) {
@@ -347,8 +349,8 @@ NB_MODULE(_core, m) {
           nb::arg("axis"), nb::arg("reduction"));
     m.def("gather_fast", &gather_fast, nb::arg("data"), nb::arg("indices"), nb::arg("axis"));
     m.def("set_bfloat16_type", [](int num) { bfloat16_type_num = num; }, nb::arg("type_num"));
-    m.def("take_last_writer", &take_last_writer_py, nb::arg("grad_data"), nb::arg("indices"),
-          nb::arg("grad_updates"), nb::arg("axis"));
+    m.def("take_last_writer", &take_last_writer_py, nb::arg("grad_output"), nb::arg("indices"),
+          nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"));
     m.def("first_bad_index", &first_bad_index, nb::arg("indices"), nb::arg("size"));
     m.def("set_num_threads", [](int n) { ThreadPool::instance().set_num_threads(n); }, nb::arg("n"));
     m.def("get_num_threads", [] { return ThreadPool::instance().num_threads(); });

@@ -364,8 +364,10 @@ def gather_backward(grad_output, data_shape: tuple, dtype, indices: np.ndarray, 
     """``dL/dD`` of a validated gather: scatter-add of the cotangent into zeros of data's shape."""
     g = _cotangent(grad_output, indices.shape, np.dtype(dtype), "indices")
     cdt = compute_dtype(dtype)
-    grad = np.zeros(data_shape, cdt)
-    _scatter(grad, indices, g.astype(cdt, copy=False), axis, "add", out=grad)
+    # A fresh output filled from a stride-0 zero: the kernel checks indices while it scatters
+    # instead of in a separate pass first.
+    zeros = np.broadcast_to(np.zeros((), cdt), data_shape)
+    grad = _scatter(zeros, indices, g.astype(cdt, copy=False), axis, "add")
     return _finish(grad, np.dtype(dtype), scale)
 
 

@@ -77,9 +77,9 @@ def take_last_writer(grad_output: np.ndarray, indices: np.ndarray, axis: int) ->
     to zero, and for each update the gradient at its target if it is the last writer there
     (row-major order), else zero.
     """
-    grad_data = np.array(grad_output, order="C", copy=True)
+    grad_data = np.empty(grad_output.shape, grad_output.dtype)
     grad_updates = np.empty(indices.shape, grad_data.dtype)
-    bad = _core.take_last_writer(grad_data, indices, grad_updates, axis)
+    bad = _core.take_last_writer(grad_output, indices, grad_data, grad_updates, axis)
     if bad >= 0:
         raise_out_of_bounds(indices, bad, axis, grad_data.shape[axis])
     return grad_data, grad_updates
