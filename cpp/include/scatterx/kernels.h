@@ -186,9 +186,22 @@ inline void copy_strided(char* dst, const int64_t* dst_strides, const char* src,
             for_each_run(s, base, lo, hi, [&](char* const* p, int64_t count, const int64_t* inner) {
                 if (!inner || (inner[0] == itemsize && inner[1] == itemsize)) {
                     std::memcpy(p[0], p[1], size_t(count * itemsize));
-                } else {
-                    for (int64_t k = 0; k < count; ++k)
-                        std::memcpy(p[0] + k * inner[0], p[1] + k * inner[1], size_t(itemsize));
+                    return;
+                }
+                // Strided (or stride-0, a fill): a fixed-size copy per element, not a call.
+                auto strided = [&](auto n) {
+                    constexpr size_t N = decltype(n)::value;
+                    for (int64_t k = 0; k < count; ++k) std::memcpy(p[0] + k * inner[0], p[1] + k * inner[1], N);
+                };
+                switch (itemsize) {
+                    case 1: return strided(std::integral_constant<size_t, 1>{});
+                    case 2: return strided(std::integral_constant<size_t, 2>{});
+                    case 4: return strided(std::integral_constant<size_t, 4>{});
+                    case 8: return strided(std::integral_constant<size_t, 8>{});
+                    case 16: return strided(std::integral_constant<size_t, 16>{});
+                    default:
+                        for (int64_t k = 0; k < count; ++k)
+                            std::memcpy(p[0] + k * inner[0], p[1] + k * inner[1], size_t(itemsize));
                 }
             });
         }
