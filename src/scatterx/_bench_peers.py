@@ -7,8 +7,9 @@ that call's result into NumPy arrays for the correctness check. Everything a use
 the timing; everything a user must do per call (copying data before an in-place NumPy routine,
 building the index tuple of ``ufunc.at``) happens in ``run``. scatterx, NumPy and PyTorch
 receive an expanded index (message passing) as the stride-0 view a user would pass (PyTorch has
-a fast path for it); onnxruntime, which needs a contiguous input, reads it materialised. An implementation that does not
-define a case raises `Unsupported` with the reason, which the table prints as a note.
+a fast path for it); onnxruntime, which needs a contiguous input, reads it materialised. An
+implementation that does not define a case raises `Unsupported` with the reason, which the table
+prints as a note.
 """
 
 from __future__ import annotations
