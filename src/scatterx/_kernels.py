@@ -17,13 +17,6 @@ _REDUCTION_CODES = {name: i for i, name in enumerate(_core.reductions)}
 _core.set_bfloat16_type(np.dtype(ml_dtypes.bfloat16).num)
 
 
-def check_bounds(indices: np.ndarray, axis: int, size: int) -> None:
-    """IndexError naming the first index (row-major) outside [-size, size)."""
-    bad = _core.first_bad_index(indices, size)
-    if bad >= 0:
-        raise_out_of_bounds(indices, bad, axis, size)
-
-
 def _detach(arr: np.ndarray, out: np.ndarray) -> np.ndarray:
     """A copy of `arr` if it shares memory with `out` (reading it while writing out is unsafe)."""
     return arr.copy() if np.may_share_memory(arr, out) else arr
