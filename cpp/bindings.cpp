@@ -144,15 +144,18 @@ int64_t run_scatter(const View& data, const View& idx, const View& upd, const Vi
             bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, data.shape[axis]);
             if (bad >= 0) return;
         }
-        if (copy) copy_strided(out.data, out.strides, data.data, data.strides, data.shape, data.ndim, data.itemsize);
+        // The copy of data is fused into the scatter when the indices visit every fiber.
+        const bool fused = copy && covers_all_fibers(idx.shape, data.shape, data.ndim, axis);
+        if (copy && !fused)
+            copy_strided(out.data, out.strides, data.data, data.strides, data.shape, data.ndim, data.itemsize);
         Geometry g = make_geometry(idx.shape, idx.ndim, axis, out.strides, idx.strides, upd.strides,
-                                   out.shape[axis]);
+                                   out.shape[axis], fused ? data.strides : nullptr);
         dispatch_type(type_code, element_types{}, [&](auto tt) {
             using T = typename decltype(tt)::type;
             dispatch_reduction(reduction, [&](auto rr) {
                 constexpr Reduction R = decltype(rr)::value;
                 if constexpr (supported_v<T, R>) {
-                    if (!scatter_kernel<T, I, R>(g, out.data, idx.data, upd.data))
+                    if (!scatter_kernel<T, I, R>(g, out.data, idx.data, upd.data, fused ? data.data : nullptr))
                         bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, data.shape[axis]);
                 } else {
                     throw std::invalid_argument("scatterx._core: reduction not defined for this type");
@@ -205,7 +208,7 @@ int64_t gather(nb::handle data_h, nb::handle indices_h, nb::handle out_h, int ax
     return run_gather(data, idx, out, axis, precheck);
 }
 
-// The backward of reduction "none": grad_output is copied into grad_data (in parallel), whose
+// The backward of reduction "none": grad_output is copied into grad_data (fused, fiber by fiber), whose
 // written positions then end at zero; grad_updates receives the gradient of each last writer
 // (zero for overwritten updates). Returns -1 or the first bad flat position.
 int64_t take_last_writer_py(nb::handle grad_output_h, nb::handle indices_h, nb::handle grad_data_h,
@@ -219,11 +222,13 @@ int64_t take_last_writer_py(nb::handle grad_output_h, nb::handle indices_h, nb::
     dispatch_index(int(idx.itemsize), [&](auto it) {
         using I = typename decltype(it)::type;
         MaybeRelease release(worth_releasing(gd, idx));
-        copy_strided(gd.data, gd.strides, go.data, go.strides, go.shape, go.ndim, go.itemsize);
-        Geometry g = make_geometry(idx.shape, idx.ndim, axis, gd.strides, idx.strides, gu.strides, gd.shape[axis]);
+        const bool fused = covers_all_fibers(idx.shape, gd.shape, gd.ndim, axis);
+        if (!fused) copy_strided(gd.data, gd.strides, go.data, go.strides, go.shape, go.ndim, go.itemsize);
+        Geometry g = make_geometry(idx.shape, idx.ndim, axis, gd.strides, idx.strides, gu.strides, gd.shape[axis],
+                                   fused ? go.strides : nullptr);
         bool ok = true;
         dispatch_itemsize(gd.itemsize, [&](auto n) {
-            ok = take_last_writer<decltype(n)::value, I>(g, gd.data, idx.data, gu.data);
+            ok = take_last_writer<decltype(n)::value, I>(g, gd.data, idx.data, gu.data, fused ? go.data : nullptr);
         });
         if (!ok) bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, gd.shape[axis]);
     });

@@ -165,6 +165,28 @@ int64_t find_bad_index(const char* indices, const int64_t* shape, const int64_t*
     return -1;
 }
 
+// Copies `count` elements of `itemsize` bytes from src (byte stride ss) to dst (stride ds).
+inline void copy_run(char* dst, int64_t ds, const char* src, int64_t ss, int64_t count, int64_t itemsize) {
+    if (count == 1 || (ds == itemsize && ss == itemsize)) {
+        std::memcpy(dst, src, size_t(count * itemsize));
+        return;
+    }
+    // Strided (or stride-0, a fill): a fixed-size copy per element, not a call.
+    auto strided = [&](auto n) {
+        constexpr size_t N = decltype(n)::value;
+        for (int64_t k = 0; k < count; ++k) std::memcpy(dst + k * ds, src + k * ss, N);
+    };
+    switch (itemsize) {
+        case 1: return strided(std::integral_constant<size_t, 1>{});
+        case 2: return strided(std::integral_constant<size_t, 2>{});
+        case 4: return strided(std::integral_constant<size_t, 4>{});
+        case 8: return strided(std::integral_constant<size_t, 8>{});
+        case 16: return strided(std::integral_constant<size_t, 16>{});
+        default:
+            for (int64_t k = 0; k < count; ++k) std::memcpy(dst + k * ds, src + k * ss, size_t(itemsize));
+    }
+}
+
 // dst[...] = src[...] over `shape` for elements of `itemsize` bytes.
 inline void copy_strided(char* dst, const int64_t* dst_strides, const char* src,
                          const int64_t* src_strides, const int64_t* shape, int ndim, int64_t itemsize) {
@@ -184,25 +206,7 @@ inline void copy_strided(char* dst, const int64_t* dst_strides, const char* src,
         for (int part = w; part < parts; part += nw) {
             auto [lo, hi] = split_range(n, part, parts);
             for_each_run(s, base, lo, hi, [&](char* const* p, int64_t count, const int64_t* inner) {
-                if (!inner || (inner[0] == itemsize && inner[1] == itemsize)) {
-                    std::memcpy(p[0], p[1], size_t(count * itemsize));
-                    return;
-                }
-                // Strided (or stride-0, a fill): a fixed-size copy per element, not a call.
-                auto strided = [&](auto n) {
-                    constexpr size_t N = decltype(n)::value;
-                    for (int64_t k = 0; k < count; ++k) std::memcpy(p[0] + k * inner[0], p[1] + k * inner[1], N);
-                };
-                switch (itemsize) {
-                    case 1: return strided(std::integral_constant<size_t, 1>{});
-                    case 2: return strided(std::integral_constant<size_t, 2>{});
-                    case 4: return strided(std::integral_constant<size_t, 4>{});
-                    case 8: return strided(std::integral_constant<size_t, 8>{});
-                    case 16: return strided(std::integral_constant<size_t, 16>{});
-                    default:
-                        for (int64_t k = 0; k < count; ++k)
-                            std::memcpy(p[0] + k * inner[0], p[1] + k * inner[1], size_t(itemsize));
-                }
+                copy_run(p[0], inner ? inner[0] : itemsize, p[1], inner ? inner[1] : itemsize, count, itemsize);
             });
         }
     });
@@ -210,29 +214,44 @@ inline void copy_strided(char* dst, const int64_t* dst_strides, const char* src,
 
 // Geometry of one scatter or gather call, in the iteration space of `indices`.
 // Arrays: 0 = the array indexed by the index values (scatter: out; gather: data),
-//         1 = indices, 2 = the array walked in step (scatter: updates; gather: out).
+//         1 = indices, 2 = the array walked in step (scatter: updates; gather: out),
+//         3 = the source that array 0 is a copy of, when a kernel fuses that copy (scatter: data;
+//             backward of "none": the output gradient); else array 0's own strides.
 struct Geometry {
-    Strided<3> s;
+    Strided<4> s;
     int axis;             // position of the axis in s (after coalescing)
     int64_t axis_stride;  // byte stride of array 0 along the axis
     int64_t axis_size;    // length of array 0 along the axis
+    int64_t src_axis_stride;  // byte stride of array 3 along the axis
 };
 
 inline Geometry make_geometry(const int64_t* ishape, int ndim, int axis, const int64_t* strides0,
-                              const int64_t* istrides, const int64_t* strides2, int64_t axis_size) {
+                              const int64_t* istrides, const int64_t* strides2, int64_t axis_size,
+                              const int64_t* strides3 = nullptr) {
+    if (!strides3) strides3 = strides0;
     Geometry g;
     g.s.ndim = ndim;
     for (int d = 0; d < ndim; ++d) {
         g.s.shape[d] = ishape[d];
-        // Along the axis array 0 is addressed by the index value, not by the position.
+        // Along the axis arrays 0 and 3 are addressed by the index value, not by the position.
         g.s.stride[0][d] = d == axis ? 0 : strides0[d];
         g.s.stride[1][d] = istrides[d];
         g.s.stride[2][d] = strides2[d];
+        g.s.stride[3][d] = d == axis ? 0 : strides3[d];
     }
     g.axis_stride = strides0[axis];
+    g.src_axis_stride = strides3[axis];
     g.axis_size = axis_size;
     g.axis = coalesce(g.s, axis);
     return g;
+}
+
+// Whether every fiber of array 0 is visited by some fiber of `indices` (equal extents on every
+// non-axis dimension): then a kernel can copy array 0 fiber by fiber as it goes.
+inline bool covers_all_fibers(const int64_t* ishape, const int64_t* shape0, int ndim, int axis) {
+    for (int d = 0; d < ndim; ++d)
+        if (d != axis && ishape[d] != shape0[d]) return false;
+    return true;
 }
 
 // One unsigned compare: v in [-size, size).
@@ -255,20 +274,20 @@ template <class I> inline bool all_plain(const I* iv, int64_t n, int64_t size) {
 
 // The fiber space of a geometry: the non-axis dimensions; its last one is the inner loop.
 struct FiberSpace {
-    Strided<3> f;
+    Strided<4> f;
     int64_t nfib;
     int64_t na;       // length of every fiber (indices' axis length)
-    int64_t astr[3];  // per-array byte strides along the axis (0 for array 0)
+    int64_t astr[4];  // per-array byte strides along the axis (0 for arrays 0 and 3)
 };
 
 inline FiberSpace fiber_space(const Geometry& g) {
     FiberSpace fs;
-    const Strided<3>& s = g.s;
+    const Strided<4>& s = g.s;
     fs.f.ndim = 0;
     for (int d = 0; d < s.ndim; ++d) {
         if (d == g.axis) continue;
         fs.f.shape[fs.f.ndim] = s.shape[d];
-        for (int k = 0; k < 3; ++k) fs.f.stride[k][fs.f.ndim] = s.stride[k][d];
+        for (int k = 0; k < 4; ++k) fs.f.stride[k][fs.f.ndim] = s.stride[k][d];
         ++fs.f.ndim;
     }
     fs.nfib = volume(fs.f.shape, fs.f.ndim);
@@ -276,6 +295,7 @@ inline FiberSpace fiber_space(const Geometry& g) {
     fs.astr[0] = 0;
     fs.astr[1] = s.stride[1][g.axis];
     fs.astr[2] = s.stride[2][g.axis];
+    fs.astr[3] = 0;
     return fs;
 }
 
@@ -284,9 +304,9 @@ inline FiberSpace fiber_space(const Geometry& g) {
 // destination range along the axis; gather: the axis positions). Each call covers `count`
 // consecutive fibers along the inner fiber dimension.
 template <class Body>
-void parallel_blocks(const FiberSpace& fs, char* const base[3], int fparts, int xparts, Body&& body) {
+void parallel_blocks(const FiberSpace& fs, char* const base[4], int fparts, int xparts, Body&& body) {
     const int parts = fparts * xparts;
-    static const int64_t zero[3] = {0, 0, 0};
+    static const int64_t zero[4] = {0, 0, 0, 0};
     ThreadPool::instance().run(parts, [&](int w, int nw) {
         for (int part = w; part < parts; part += nw) {
             const int fp = part / xparts, xp = part % xparts;
@@ -306,6 +326,15 @@ inline std::pair<int, int> choose_parts(int64_t nfib, int64_t work) {
     const int useful = int(std::min<int64_t>(threads, std::max<int64_t>(1, work / kParallelGrain)));
     if (nfib >= useful) return {useful, 1};
     return {1, useful};
+}
+
+// The fused copy alone (no updates along the axis): every fiber of array 3 into array 0.
+inline void fused_copy_only(const Geometry& g, const FiberSpace& fs, char* const base[4], int64_t itemsize) {
+    const int fparts = choose_parts(fs.nfib, fs.nfib * g.axis_size).first;
+    parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
+        for (int64_t k = 0; k < count; ++k)
+            copy_run(p[0] + k * in[0], g.axis_stride, p[3] + k * in[3], g.src_axis_stride, g.axis_size, itemsize);
+    });
 }
 
 // How far ahead the kernels prefetch random targets: rows (row-wise walk) and elements (fiber walk).
@@ -422,26 +451,39 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
 }
 
 // Returns false when an out-of-bounds index was met (it was skipped; the caller reports it).
+// With `src` (array 3 of the geometry, which must cover all fibers), each block of fibers first
+// copies its fibers of src into out, so the copy of data is fused with the scatter: the rows are
+// still in cache when the updates reach them, and the copy is split like the fibers.
 template <class T, class I, Reduction R>
-bool scatter_kernel(const Geometry& g, char* out, const char* indices, const char* updates) {
-    char* base[3] = {out, const_cast<char*>(indices), const_cast<char*>(updates)};
+bool scatter_kernel(const Geometry& g, char* out, const char* indices, const char* updates,
+                    const char* src = nullptr) {
+    char* base[4] = {out, const_cast<char*>(indices), const_cast<char*>(updates), const_cast<char*>(src ? src : out)};
     const FiberSpace fs = fiber_space(g);
-    if (fs.nfib == 0 || fs.na == 0) return true;
+    if (fs.nfib == 0 || fs.na == 0) {
+        if (src && fs.nfib > 0) fused_copy_only(g, fs, base, int64_t(sizeof(T)));
+        return true;
+    }
     // Axis before the inner fiber dimension: walk each axis position across the block of fibers
     // (contiguous inner loop). Axis after it: finish one fiber before the next.
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
     // Only fibers are split: one fiber's updates stay in order on one thread. (Splitting a few
     // long fibers by destination range was measured: each thread then pays a filter on every
     // update, about twice the cost of applying it, so two threads gain nothing.)
-    const int fparts = choose_parts(fs.nfib, fs.nfib * fs.na).first;
+    const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, src ? g.axis_size : 0)).first;
     std::atomic<bool> bad{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
         ScatterBlock<T, I, R> sb{g.axis_size, g.axis_stride, &local_bad};
+        constexpr int64_t N = sizeof(T);
         if (count == 1 || !axis_outer) {
-            for (int64_t k = 0; k < count; ++k)
+            for (int64_t k = 0; k < count; ++k) {
+                if (src) copy_run(p[0] + k * in[0], g.axis_stride, p[3] + k * in[3], g.src_axis_stride, g.axis_size, N);
                 sb.fiber(p[0] + k * in[0], p[1] + k * in[1], p[2] + k * in[2], fs.na, fs.astr[1], fs.astr[2]);
+            }
         } else {
+            if (src)
+                for (int64_t a = 0; a < g.axis_size; ++a)
+                    copy_run(p[0] + a * g.axis_stride, in[0], p[3] + a * g.src_axis_stride, in[3], count, N);
             scatter_rows(sb, p, count, in, fs.na, fs.astr);
         }
         if (local_bad) bad.store(true, std::memory_order_relaxed);
@@ -452,7 +494,7 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
 // Element size only matters for a gather: it moves bytes. Returns false when an out-of-bounds
 // index was met (its element was not read).
 template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* data, const char* indices, char* out) {
-    char* base[3] = {const_cast<char*>(data), const_cast<char*>(indices), out};
+    char* base[4] = {const_cast<char*>(data), const_cast<char*>(indices), out, const_cast<char*>(data)};
     const FiberSpace fs = fiber_space(g);
     if (fs.nfib == 0 || fs.na == 0) return true;
     const int64_t size = g.axis_size, dstr = g.axis_stride;
@@ -547,13 +589,18 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
 // bytes only (zero is all-zero bytes for every float and complex type). Arrays: 0 = grad_data
 // (holds the output gradient on entry), 1 = indices, 2 = grad_updates. Returns false when an
 // out-of-bounds index was met (skipped).
-template <int64_t N, class I> bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, char* grad_updates) {
-    char* base[3] = {grad_data, const_cast<char*>(indices), grad_updates};
+template <int64_t N, class I>
+bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, char* grad_updates,
+                      const char* src = nullptr) {
+    char* base[4] = {grad_data, const_cast<char*>(indices), grad_updates, const_cast<char*>(src ? src : grad_data)};
     const FiberSpace fs = fiber_space(g);
-    if (fs.nfib == 0 || fs.na == 0) return true;
+    if (fs.nfib == 0 || fs.na == 0) {
+        if (src && fs.nfib > 0) fused_copy_only(g, fs, base, N);
+        return true;
+    }
     const int64_t size = g.axis_size, dstr = g.axis_stride;
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
-    const int fparts = choose_parts(fs.nfib, fs.nfib * fs.na).first;
+    const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, src ? size : 0)).first;
     std::atomic<bool> bad{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         const int64_t* astr = fs.astr;
@@ -565,12 +612,17 @@ template <int64_t N, class I> bool take_last_writer(const Geometry& g, char* gra
             std::memcpy(p[2] + j * astr[2] + k * in[2], target, size_t(N));
             std::memset(target, 0, size_t(N));
         };
-        if (axis_outer) {
+        if (axis_outer && count > 1) {
+            if (src)
+                for (int64_t a = 0; a < size; ++a)
+                    copy_run(p[0] + a * dstr, in[0], p[3] + a * g.src_axis_stride, in[3], count, N);
             for (int64_t j = fs.na - 1; j >= 0; --j)
                 for (int64_t k = 0; k < count; ++k) take(j, k);
         } else {
-            for (int64_t k = 0; k < count; ++k)
+            for (int64_t k = 0; k < count; ++k) {
+                if (src) copy_run(p[0] + k * in[0], dstr, p[3] + k * in[3], g.src_axis_stride, size, N);
                 for (int64_t j = fs.na - 1; j >= 0; --j) take(j, k);
+            }
         }
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
