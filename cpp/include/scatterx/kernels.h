@@ -342,6 +342,14 @@ inline constexpr int64_t kPrefetchRows = 8;
 inline constexpr int64_t kPrefetchAhead = 16;
 inline constexpr int64_t kCacheBytes = int64_t(2) << 20;
 
+// A fiber of array 0 up to this many bytes, dense along the axis, is prefetched whole while the
+// fiber before it is worked on (its elements are then read in random order, but from cache).
+inline constexpr int64_t kSpanBytes = int64_t(64) << 10;
+inline constexpr int64_t kSpanAhead = 2;
+inline void prefetch_span(const char* p, int64_t bytes) {
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+}
+
 // Scatter of one block of fibers. Out-of-bounds indices are never applied; they raise `bad`.
 template <class T, class I, Reduction R> struct ScatterBlock {
     int64_t size, ostr;
@@ -519,14 +527,24 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
         if (count == 1 || !axis_outer) {
             if (astr[1] == int64_t(sizeof(I)) && astr[2] == N) {
                 // Contiguous fibers: typed addressing, no stride products.
+                const bool span = dstr == N && size * N <= kSpanBytes;
+                const int64_t lines = (size * N + 63) / 64;
+                // One line of a later fiber is prefetched every `step` elements of this one.
+                const int64_t step = std::max<int64_t>(1, (j1 - j0) / lines);
                 for (int64_t k = 0; k < count; ++k) {
                     const I* iv = reinterpret_cast<const I*>(p[1] + k * in[1]);
                     const char* dp = p[0] + k * in[0];
                     char* op = p[2] + k * in[2];
+                    const char* next = span && k + kSpanAhead < count ? dp + kSpanAhead * in[0] : nullptr;
+                    int64_t line = 0;
                     for (int64_t c0 = j0; c0 < j1; c0 += kChunk) {
                         const int64_t c1 = std::min(j1, c0 + kChunk);
                         if (all_plain(iv + c0, c1 - c0, size)) {
-                            for (int64_t j = c0; j < c1; ++j) std::memcpy(op + j * N, dp + int64_t(iv[j]) * dstr, size_t(N));
+                            for (int64_t b0 = c0; b0 < c1; b0 += step) {
+                                if (next && line < lines) __builtin_prefetch(next + 64 * line++);
+                                const int64_t b1 = std::min(c1, b0 + step);
+                                for (int64_t j = b0; j < b1; ++j) std::memcpy(op + j * N, dp + int64_t(iv[j]) * dstr, size_t(N));
+                            }
                             continue;
                         }
                         for (int64_t j = c0; j < c1; ++j) {
@@ -534,6 +552,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                             std::memcpy(op + j * N, dp + normalise(iv[j], size) * dstr, size_t(N));
                         }
                     }
+                    if (next) prefetch_span(next + 64 * line, 64 * (lines - line));
                 }
             } else {
                 for (int64_t k = 0; k < count; ++k)
