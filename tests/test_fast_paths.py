@@ -112,3 +112,47 @@ def test_precheck_of_a_broadcast_index_names_the_first_position():
     cols = np.broadcast_to(np.array([0, 1, 2, -9, 1, 30]), (3, 6))
     with pytest.raises(IndexError, match=r"index -9 at indices\[0, 3\]"):
         sx.gather_elements(np.zeros((3, 6)), cols, axis=1, out=np.zeros((3, 6)))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_empty_axis_with_indices_raises(axis):
+    """Data with length 0 along the axis: every index is out of bounds (the row-prefetching
+    gather once divided by the zero row length here)."""
+    data = np.zeros((0, 5), np.float32) if axis == 0 else np.zeros((6, 0), np.float32)
+    indices = np.zeros((3, 5) if axis == 0 else (6, 3), np.int64)
+    with pytest.raises(IndexError, match="out of bounds"):
+        sx.gather_elements(data, indices, axis=axis)
+    with pytest.raises(IndexError, match="out of bounds"):
+        sx.scatter_elements(data, indices, np.ones(indices.shape, np.float32), axis=axis)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("layout", ["C", "F", "reversed"])
+def test_middle_axis_and_fused_copy_paths(threads, layout):
+    """Large enough to run in parallel: a middle-axis gather (split by blocks of fibers) and
+    scatters whose copy of data is fused fiber by fiber (index covering every fiber) or not
+    (index smaller than data), against NumPy, for every thread count."""
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((12, 90, 70))
+    if layout == "F":
+        data = np.asfortranarray(data)
+    elif layout == "reversed":
+        data = data[::-1, :, ::-1]
+    previous = sx.get_num_threads()
+    sx.set_num_threads(threads)
+    try:
+        for ishape in [(12, 160, 70), (12, 160, 50), (7, 160, 70)]:
+            indices = rng.integers(-90, 90, ishape)
+            updates = rng.standard_normal(ishape)
+            index = list(np.indices(ishape, sparse=True))
+            index[1] = np.where(indices < 0, indices + 90, indices)
+            want = data.copy()
+            np.add.at(want, tuple(index), updates)
+            np.testing.assert_array_equal(sx.scatter_elements(data, indices, updates, axis=1, reduction="add"), want)
+            out = np.full(data.shape, np.nan)
+            sx.scatter_elements(data, indices, updates, axis=1, reduction="add", out=out)
+            np.testing.assert_array_equal(out, want)
+            got = sx.gather_elements(data, indices, axis=1)
+            np.testing.assert_array_equal(got, data[tuple(index)])
+    finally:
+        sx.set_num_threads(previous)

@@ -134,12 +134,8 @@ int64_t find_bad_index(const char* indices, const int64_t* shape, const int64_t*
                 const char* q = p[0];
                 if (st == int64_t(sizeof(I))) {
                     const I* v = reinterpret_cast<const I*>(q);
-                    bool any = false;
-                    for (int64_t k = 0; k < count; ++k) any |= out_of_bounds(v[k], size);
-                    if (any) {
-                        for (int64_t k = 0; k < count; ++k)
-                            if (out_of_bounds(v[k], size)) { first[part] = pos + k; found = true; return; }
-                    }
+                    for (int64_t k = 0; k < count; ++k)
+                        if (out_of_bounds(v[k], size)) { first[part] = pos + k; found = true; return; }
                 } else {
                     for (int64_t k = 0; k < count; ++k) {
                         if (out_of_bounds(*reinterpret_cast<const I*>(q + k * st), size)) {
@@ -266,10 +262,27 @@ template <class I> inline int64_t normalise(I v, int64_t size) {
 // Contiguous index runs are checked a chunk at a time: when every index of the chunk lies in
 // [0, size) (the usual case), the chunk runs without per-element checks or normalisation.
 inline constexpr int64_t kChunk = 512;
-template <class I> inline bool all_plain(const I* iv, int64_t n, int64_t size) {
-    bool ok = true;
-    for (int64_t j = 0; j < n; ++j) ok &= uint64_t(int64_t(iv[j])) < uint64_t(size);
-    return ok;
+// Calls f(j, v) for each j in [0, n) with the normalised value v of index iv[j] in [0, size);
+// an out-of-bounds index is skipped and sets `bad`. The check sits in the same loop as the
+// work, as one predictable branch: a separate pass over the indices (or a vectorised reduction,
+// which on baseline x86-64 has no 64-bit vector compare) measured slower.
+template <class I, class F> inline void each_index(const I* iv, int64_t n, int64_t size, bool& bad, F&& f) {
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t v = int64_t(iv[j]);
+        if (uint64_t(v) < uint64_t(size)) [[likely]]
+            f(j, v);
+        else if (v < 0 && v >= -size)
+            f(j, v + size);
+        else
+            bad = true;
+    }
+}
+// Whether `n` indices at byte stride `st` all equal the first.
+template <class I> inline bool all_equal(const char* ip, int64_t n, int64_t st) {
+    const I first = *reinterpret_cast<const I*>(ip);
+    for (int64_t k = 1; k < n; ++k)
+        if (*reinterpret_cast<const I*>(ip + k * st) != first) return false;
+    return true;
 }
 
 // The fiber space of a geometry: the non-axis dimensions; its last one is the inner loop.
@@ -363,19 +376,16 @@ template <class T, class I, Reduction R> struct ScatterBlock {
             T* ov = reinterpret_cast<T*>(op);
             // Prefetching pays only when the fiber does not fit in the cache anyway.
             const int64_t ahead = size * int64_t(sizeof(T)) > kCacheBytes ? kPrefetchAhead : na;
-            for (int64_t c0 = 0; c0 < na; c0 += kChunk) {
-                const int64_t c1 = std::min(na, c0 + kChunk);
-                if (ahead == na && all_plain(iv + c0, c1 - c0, size)) {
-                    for (int64_t j = c0; j < c1; ++j) Reducer<R>::apply(ov[int64_t(iv[j])], uv[j]);
-                    continue;
-                }
-                for (int64_t j = c0; j < c1; ++j) {
-                    if (j + ahead < na && in_bounds(iv[j + ahead], size))
-                        __builtin_prefetch(ov + normalise(iv[j + ahead], size), 1);
-                    const I raw = iv[j];
-                    if (!in_bounds(raw, size)) { *bad = true; continue; }
-                    Reducer<R>::apply(ov[normalise(raw, size)], uv[j]);
-                }
+            if (ahead == na) {
+                each_index(iv, na, size, *bad, [&](int64_t j, int64_t v) { Reducer<R>::apply(ov[v], uv[j]); });
+                return;
+            }
+            for (int64_t j = 0; j < na; ++j) {
+                if (j + ahead < na && in_bounds(iv[j + ahead], size))
+                    __builtin_prefetch(ov + normalise(iv[j + ahead], size), 1);
+                const I raw = iv[j];
+                if (!in_bounds(raw, size)) { *bad = true; continue; }
+                Reducer<R>::apply(ov[normalise(raw, size)], uv[j]);
             }
             return;
         }
@@ -403,16 +413,7 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
             // The expanded index of message passing: one target for the whole row of fibers,
             // so the row is combined as one contiguous (vectorisable) span.
             const I first = iv[0];
-            bool constant = true;
-            if (in[1] != 0) {
-                if (typed) {
-                    for (int64_t k = 1; k < count; ++k) constant &= iv[k] == first;
-                } else {
-                    for (int64_t k = 1; k < count; ++k)
-                        constant &= *reinterpret_cast<const I*>(ip + k * in[1]) == first;
-                }
-            }
-            if (constant) {
+            if (in[1] == 0 || all_equal<I>(ip, count, in[1])) {
                 if (!in_bounds(first, sb.size)) { *sb.bad = true; continue; }
                 if (far && j + kPrefetchRows < na) {
                     const I ahead = *reinterpret_cast<const I*>(ip + kPrefetchRows * astr[1]);
@@ -443,10 +444,11 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
                     __builtin_prefetch(p[0] + k * in[0] + normalise(raw, sb.size) * sb.ostr, 1);
             }
         }
-        if (typed && all_plain(iv, count, sb.size)) {
+        if (typed) {
             T* ov = reinterpret_cast<T*>(p[0]);
-            for (int64_t k = 0; k < count; ++k)
-                Reducer<R>::apply(*reinterpret_cast<T*>(reinterpret_cast<char*>(ov + k) + int64_t(iv[k]) * sb.ostr), up[k]);
+            each_index(iv, count, sb.size, *sb.bad, [&](int64_t k, int64_t v) {
+                Reducer<R>::apply(*reinterpret_cast<T*>(reinterpret_cast<char*>(ov + k) + v * sb.ostr), up[k]);
+            });
             continue;
         }
         for (int64_t k = 0; k < count; ++k) {
@@ -508,8 +510,11 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
     const int64_t size = g.axis_size, dstr = g.axis_stride;
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
     auto [fparts, xparts] = choose_parts(fs.nfib, fs.nfib * fs.na);
-    if (axis_outer && fparts > 1 && fs.na >= fparts) {
+    const int64_t inner = fs.f.ndim > 0 ? fs.f.shape[fs.f.ndim - 1] : 1;
+    if (axis_outer && fparts > 1 && fs.na >= fparts && fs.nfib / inner < fparts) {
         // Outputs are independent: split the axis positions, so each thread keeps whole rows.
+        // (With enough blocks of fibers, splitting those keeps each thread's source region, a
+        // slab of a middle-axis call, in its own cache instead of both threads reading all.)
         std::swap(fparts, xparts);
     }
     std::atomic<bool> bad{false};
@@ -530,27 +535,18 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                 const bool span = dstr == N && size * N <= kSpanBytes;
                 const int64_t lines = (size * N + 63) / 64;
                 // One line of a later fiber is prefetched every `step` elements of this one.
-                const int64_t step = std::max<int64_t>(1, (j1 - j0) / lines);
+                const int64_t step = lines > 0 ? std::max<int64_t>(1, (j1 - j0) / lines) : j1 - j0;
                 for (int64_t k = 0; k < count; ++k) {
                     const I* iv = reinterpret_cast<const I*>(p[1] + k * in[1]);
                     const char* dp = p[0] + k * in[0];
                     char* op = p[2] + k * in[2];
                     const char* next = span && k + kSpanAhead < count ? dp + kSpanAhead * in[0] : nullptr;
                     int64_t line = 0;
-                    for (int64_t c0 = j0; c0 < j1; c0 += kChunk) {
-                        const int64_t c1 = std::min(j1, c0 + kChunk);
-                        if (all_plain(iv + c0, c1 - c0, size)) {
-                            for (int64_t b0 = c0; b0 < c1; b0 += step) {
-                                if (next && line < lines) __builtin_prefetch(next + 64 * line++);
-                                const int64_t b1 = std::min(c1, b0 + step);
-                                for (int64_t j = b0; j < b1; ++j) std::memcpy(op + j * N, dp + int64_t(iv[j]) * dstr, size_t(N));
-                            }
-                            continue;
-                        }
-                        for (int64_t j = c0; j < c1; ++j) {
-                            if (!in_bounds(iv[j], size)) { local_bad = true; continue; }
-                            std::memcpy(op + j * N, dp + normalise(iv[j], size) * dstr, size_t(N));
-                        }
+                    for (int64_t b0 = j0; b0 < j1; b0 += step) {
+                        if (next && line < lines) __builtin_prefetch(next + 64 * line++);
+                        each_index(iv + b0, std::min(j1, b0 + step) - b0, size, local_bad, [&](int64_t j, int64_t v) {
+                            std::memcpy(op + (b0 + j) * N, dp + v * dstr, size_t(N));
+                        });
                     }
                     if (next) prefetch_span(next + 64 * line, 64 * (lines - line));
                 }
@@ -566,9 +562,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                 const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
                 char* op = p[2] + j * astr[2];
                 if (contiguous || broadcast) {
-                    bool constant = true;
-                    if (contiguous)
-                        for (int64_t k = 1; k < count; ++k) constant &= iv[k] == iv[0];
+                    const bool constant = broadcast || all_equal<I>(p[1] + j * astr[1], count, in[1]);
                     if (constant && in_bounds(iv[0], size)) {
                         if (far && j + kPrefetchRows < j1) {
                             const I ahead = *reinterpret_cast<const I*>(p[1] + (j + kPrefetchRows) * astr[1]);
@@ -589,9 +583,10 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                         if (in_bounds(raw, size)) __builtin_prefetch(p[0] + k * in[0] + normalise(raw, size) * dstr);
                     }
                 }
-                if (contiguous && all_plain(iv, count, size)) {
-                    for (int64_t k = 0; k < count; ++k)
-                        std::memcpy(op + k * N, p[0] + k * N + int64_t(iv[k]) * dstr, size_t(N));
+                if (contiguous) {
+                    each_index(iv, count, size, local_bad, [&](int64_t k, int64_t v) {
+                        std::memcpy(op + k * N, p[0] + k * N + v * dstr, size_t(N));
+                    });
                     continue;
                 }
                 for (int64_t k = 0; k < count; ++k) move(j, k);
