@@ -235,6 +235,45 @@ int64_t take_last_writer_py(nb::handle grad_output_h, nb::handle indices_h, nb::
     return bad;
 }
 
+bool same_layout(const View& a, const View& b) {
+    if (!same_shape(a, b) || a.itemsize != b.itemsize) return false;
+    for (int d = 0; d < a.ndim; ++d)
+        if (a.shape[d] > 1 && a.strides[d] != b.strides[d]) return false;
+    return true;
+}
+
+// The backward of "mul" (see mul_backward): P holds ones on entry and the product of each
+// target's updates on exit; S holds conj(G) * D on entry (scratch); grad_updates receives
+// G[t] * conj(D[t] * product of the other updates). P and S share one layout, as do updates and
+// grad_updates. The compute type is float32, float64, complex64 or complex128. Returns -1 or
+// the first bad flat position.
+int64_t mul_backward_py(nb::handle p_h, nb::handle s_h, nb::handle indices_h,
+                        nb::handle updates_h, nb::handle grad_updates_h, int axis, int type_code) {
+    View P = view(p_h, "P", true), S = view(s_h, "S", true);
+    View idx = view(indices_h, "indices"), u = view(updates_h, "updates");
+    View gu = view(grad_updates_h, "grad_updates", true);
+    check_geometry(P, idx, axis);
+    if (!same_layout(P, S) || !same_shape(idx, u) || !same_layout(u, gu) ||
+        u.itemsize != P.itemsize || type_itemsize(type_code) != P.itemsize)
+        throw std::invalid_argument("scatterx._core: shape, layout or element size mismatch");
+    int64_t bad = -1;
+    dispatch_index(int(idx.itemsize), [&](auto it) {
+        using I = typename decltype(it)::type;
+        MaybeRelease release(worth_releasing(P, idx));
+        Geometry g = make_geometry(idx.shape, idx.ndim, axis, P.strides, idx.strides, u.strides, P.shape[axis]);
+        bool ok = true;
+        dispatch_type(type_code, element_types{}, [&](auto tt) {
+            using T = typename decltype(tt)::type;
+            if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || is_complex_v<T>)
+                ok = mul_backward<T, I>(g, P.data, S.data, idx.data, u.data, gu.data);
+            else
+                throw std::invalid_argument("scatterx._core: mul_backward needs a float or complex compute type");
+        });
+        if (!ok) bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, P.shape[axis]);
+    });
+    return bad;
+}
+
 // ---- The short path: everything validated here for the common case, or None to fall back to
 // the Python layer (which then validates fully and raises the precise error). ----
 
@@ -356,6 +395,8 @@ NB_MODULE(_core, m) {
     m.def("set_bfloat16_type", [](int num) { bfloat16_type_num = num; }, nb::arg("type_num"));
     m.def("take_last_writer", &take_last_writer_py, nb::arg("grad_output"), nb::arg("indices"),
           nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"));
+    m.def("mul_backward", &mul_backward_py, nb::arg("P"), nb::arg("S"), nb::arg("indices"),
+          nb::arg("updates"), nb::arg("grad_updates"), nb::arg("axis"), nb::arg("type_code"));
     m.def("first_bad_index", &first_bad_index, nb::arg("indices"), nb::arg("size"));
     m.def("set_num_threads", [](int n) { ThreadPool::instance().set_num_threads(n); }, nb::arg("n"));
     m.def("get_num_threads", [] { return ThreadPool::instance().num_threads(); });

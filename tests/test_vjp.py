@@ -207,25 +207,32 @@ def _brute_force_others(indices, updates, axis, data_shape):
     return out
 
 
-@pytest.mark.parametrize("fallback", [False, True], ids=["sorted-keys", "stable-argsort"])
-def test_exclusive_products_against_brute_force(fallback, monkeypatch):
-    if fallback:
-        monkeypatch.setattr(_autodiff, "_KEY_LIMIT", 1)
+@pytest.mark.parametrize("layout", ["int64", "int32", "strided"])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_mul_products_of_the_others_against_brute_force(axis, dtype, layout):
+    """With G = 1 and D = 1, dU is (the conjugate of) the product of the other updates of the
+    same target; factors are small binary fractions, so every product is exact in any order."""
     rng = np.random.default_rng(5)
-    idx = rng.integers(-3, 3, (2, 17, 3))  # up to ~12 updates per target: several scan steps
-    upd = rng.choice([0.0, 0.5, -2.0, 3.0, 1.5], idx.shape)
-    members, others = _autodiff.exclusive_products(idx, upd, 1, (2, 3, 3))
-    got = np.ones(idx.size)
-    got[members] = others
-    np.testing.assert_array_equal(got.reshape(idx.shape), _brute_force_others(idx, upd, 1, (2, 3, 3)))
-    counts = np.zeros((2, 3, 3), int)
-    np.add.at(counts, (np.arange(2)[:, None, None], idx, np.arange(3)), 1)
-    shared = np.take_along_axis(counts, idx, 1) > 1
-    np.testing.assert_array_equal(np.sort(members), np.flatnonzero(shared))
-
-
-def test_exclusive_products_without_shared_targets_is_none():
-    assert _autodiff.exclusive_products(np.array([[0, 1], [1, 0]]), np.ones((2, 2)), 0, (2, 2)) is None
+    shape = [3, 2, 3]
+    ishape = list(shape)
+    ishape[axis] = 17  # up to ~12 updates per target, zeros among them
+    idx = rng.integers(-shape[axis], shape[axis], ishape)
+    upd = rng.choice([0.0, 0.5, -2.0, 3.0, 1.5], idx.shape).astype(dtype)
+    if dtype == np.complex128:
+        upd = upd + 1j * rng.choice([0.0, 0.5, -1.0], idx.shape)
+    ones = np.ones(shape, dtype)
+    given = idx.astype(np.int32) if layout == "int32" else idx
+    if layout == "strided":  # typed row walks do not apply: the generic walk runs
+        given = np.repeat(idx, 2, axis=-1)[..., ::2]
+        assert not given.flags.c_contiguous
+    gd, gu = sx.scatter_elements_vjp(ones, ones, given, upd, axis, "mul")
+    np.testing.assert_array_equal(gu, np.conj(_brute_force_others(idx, upd, axis, tuple(shape))))
+    product = np.ones(shape, dtype)
+    index = list(np.indices(idx.shape, sparse=True))
+    index[axis] = np.where(idx < 0, idx + shape[axis], idx)
+    np.multiply.at(product, tuple(index), upd)
+    np.testing.assert_array_equal(gd, np.conj(product))
 
 
 # -- PyTorch where it is exact -------------------------------------------------------------------
@@ -488,3 +495,29 @@ def test_random_shapes_against_the_literal_oracle(data):
     got = sx.scatter_elements_vjp(g, d, idx, u, axis, reduction)
     for a, b in zip(got, _spec_vjp(g, d, idx, u, axis, reduction)):
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("axis", [1, 2])
+def test_mul_backward_in_parallel_is_thread_independent_and_matches_torch(axis):
+    """Large enough for several threads: bitwise the same for 1, 2 and 3 threads, and close
+    to PyTorch (which divides by the result, so only to rounding) where no update is zero."""
+    rng = np.random.default_rng(9)
+    d = rng.standard_normal((8, 300, 40))
+    ishape = [8, 300, 40]
+    ishape[axis] = 500
+    i = rng.integers(-d.shape[axis], d.shape[axis], ishape)
+    u = rng.uniform(0.5, 1.5, ishape)
+    g = rng.standard_normal(d.shape)
+    previous = sx.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 3):
+            sx.set_num_threads(threads)
+            results.append(sx.scatter_elements_vjp(g, d, i, u, axis, "mul"))
+    finally:
+        sx.set_num_threads(previous)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(results[0], _torch_vjp(g, d, i % d.shape[axis], u, axis, "mul")):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)

@@ -10,8 +10,8 @@ of "none") plus whole-array NumPy operations, so no Python loop runs over elemen
 
 - none: one native pass walks each fiber backwards; an update takes the gradient at its target
   and leaves a zero there, so only the last writer receives it;
-- mul: the products of the other updates of a target come from segmented prefix and suffix
-  products (log-step scans) over the updates grouped by target with one sort, never from a
+- mul: one native pass forward and one backward over each fiber give every update the
+  products of the updates before and after it at its target (running products), never a
   division, so zeros and duplicates are exact;
 - max/min: the ties are counted with a scatter "add" of the tie masks.
 
@@ -38,8 +38,6 @@ from ._rules import (
 _HALF = ("float16", "bfloat16")
 _NEEDS_DATA = ("mul",)
 _TIE_REDUCTIONS = ("max", "min")
-# Grouping keys (target * m + rank) must fit in int64; past that a stable argsort groups instead.
-_KEY_LIMIT = 2**63 - 1
 
 
 def check_differentiable(dtype: np.dtype, op: str = "ScatterElements") -> None:
@@ -79,14 +77,6 @@ def _scatter(data, indices, updates, axis, reduction, out=None) -> np.ndarray:
 
 def _gather(data, indices, axis) -> np.ndarray:
     return _kernels.gather(GatherCall(data, indices, axis), None)
-
-
-def _small_int(limit: int) -> np.dtype:
-    """The narrowest native signed integer type that holds ``0..limit``."""
-    for dtype in (np.int8, np.int16, np.int32):
-        if limit <= np.iinfo(dtype).max:
-            return np.dtype(dtype)
-    return np.dtype(np.int64)
 
 
 def _has_nan(x: np.ndarray) -> bool:
@@ -195,19 +185,14 @@ def _backward_add(res: ScatterResiduals, g: np.ndarray, cdt):
 
 
 def _backward_mul(res: ScatterResiduals, g: np.ndarray, cdt):
-    idx, axis = res.indices, res.axis
+    # One native pass forward and one backward over each fiber: every update gets the products
+    # of the updates before and after it at its target, so no division (zeros stay exact).
     gc = g.astype(cdt, copy=False)
     d = res.data.astype(cdt, copy=False)
-    u = res.updates.astype(cdt, copy=False)
     conj = np.conj if cdt.kind == "c" else (lambda x: x)
-    product = np.ones(res.data_shape, cdt)
-    _scatter(product, idx, u, axis, "mul", out=product)
+    scratch = np.multiply(conj(gc), d, out=np.empty(res.data_shape, cdt))
+    product, grad_updates = _kernels.mul_backward(scratch, res.indices, res.updates, res.axis)
     grad_data = gc * conj(product)
-    grad_updates = _gather(gc * conj(d), idx, axis)
-    shared = exclusive_products(idx, u, axis, res.data_shape)
-    if shared is not None:
-        members, others = shared
-        grad_updates.reshape(-1)[members] *= conj(others)
     return grad_data, grad_updates
 
 
@@ -230,75 +215,6 @@ _BACKWARD = {
     "max": _backward_extremum,
     "min": _backward_extremum,
 }
-
-
-def exclusive_products(indices: np.ndarray, updates: np.ndarray, axis: int, data_shape: tuple):
-    """For the updates that share their target, the product of the other updates to it.
-
-    Returns None when no target receives two updates (every such product is then 1), else
-    ``(members, others)``: the flat row-major positions of the sharing updates in `indices` and,
-    for each, the product of the other updates with the same target, computed without division.
-
-    A target is identified by its fiber (the position with the axis coordinate removed) and the
-    index value, so ``key = (fiber * size + value) * m + rank`` is unique per update; one fast
-    (unstable) sort of the keys groups the updates by target and keeps row-major order within a
-    target. Segmented prefix and suffix products (log-step scans) then give each update the
-    products of those before and after it.
-    """
-    # A target receives at most indices.shape[axis] updates: the narrow type cannot wrap.
-    count_type = _small_int(indices.shape[axis])
-    counts = np.zeros(data_shape, count_type)
-    _scatter(counts, indices, np.broadcast_to(np.ones((), count_type), indices.shape), axis, "add", out=counts)
-    members = np.flatnonzero(_gather(counts, indices, axis) > 1)
-    if members.size == 0:
-        return None
-    m = members.size
-    size = int(data_shape[axis])
-    along, inner = int(indices.shape[axis]), int(np.prod(indices.shape[axis + 1 :], dtype=np.int64))
-    values_at = np.ascontiguousarray(indices).ravel()[members].astype(np.int64)
-    values_at[values_at < 0] += size
-    fiber = members // (along * inner) * inner + members % inner
-    nfibers = int(np.prod(indices.shape, dtype=np.int64)) // max(along, 1)
-    targets = fiber * size + values_at
-    if nfibers * size < _KEY_LIMIT // m:
-        keys = targets * m + np.arange(m, dtype=np.int64)
-        keys.sort()
-        targets, order = np.divmod(keys, m)
-    else:
-        order = np.argsort(targets, kind="stable")
-        targets = targets[order]
-    members = members[order]
-    factors = np.ascontiguousarray(updates).ravel()[members]
-    first = np.empty(m, bool)
-    first[0] = True
-    np.not_equal(targets[1:], targets[:-1], out=first[1:])
-    last = np.empty(m, bool)
-    last[-1] = True
-    last[:-1] = first[1:]
-    position = np.arange(m)
-    rank = position - np.maximum.accumulate(np.where(first, position, 0))
-    rank_from_end = np.minimum.accumulate(np.where(last, position, m)[::-1])[::-1] - position
-    longest = int(rank.max()) + 1
-    before = _segmented_cumprod(factors, rank, longest)
-    after = _segmented_cumprod(factors[::-1], rank_from_end[::-1], longest)[::-1]
-    others = np.ones_like(factors)
-    np.copyto(others[1:], before[:-1], where=~first[1:])
-    others[:-1] *= np.where(last[:-1], np.ones((), factors.dtype), after[1:])
-    return members, others
-
-
-def _segmented_cumprod(values: np.ndarray, rank: np.ndarray, longest: int) -> np.ndarray:
-    """Inclusive running products within segments; ``rank`` = distance from the segment start.
-
-    Hillis-Steele doubling: after the step of width s, each element holds the product of up to 2s
-    elements that end at it, never crossing its segment start.
-    """
-    x = values.copy()
-    step = 1
-    while step < longest:
-        np.copyto(x[step:], x[step:] * x[:-step], where=rank[step:] >= step)
-        step *= 2
-    return x
 
 
 def scatter_elements_vjp(grad_output, data, indices, updates, axis=0, reduction="none", *, output=None):

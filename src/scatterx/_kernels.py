@@ -78,6 +78,27 @@ def take_last_writer(grad_output: np.ndarray, indices: np.ndarray, axis: int) ->
     return grad_data, grad_updates
 
 
+def mul_backward(
+    conj_grad_times_data: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The native part of the backward of reduction "mul", in the compute dtype of its inputs.
+
+    `conj_grad_times_data` is ``conj(G) * D``, a fresh C-contiguous array that this call uses as
+    scratch. Returns ``(product, grad_updates)``: the product of the updates of every target (1
+    where none lands) and, for each update, ``G[t] * conj(D[t] * product of the other updates of
+    its target)``, without division.
+    """
+    dtype = conj_grad_times_data.dtype
+    scratch = conj_grad_times_data
+    product = np.ones(scratch.shape, dtype)
+    updates = np.ascontiguousarray(updates, dtype=dtype)
+    grad_updates = np.empty(updates.shape, dtype)
+    bad = _core.mul_backward(product, scratch, indices, updates, grad_updates, axis, _TYPE_CODES[dtype])
+    if bad >= 0:
+        raise_out_of_bounds(indices, bad, axis, scratch.shape[axis])
+    return product, grad_updates
+
+
 def gather(call: GatherCall, out: np.ndarray | None) -> np.ndarray:
     data, indices = call.data, call.indices
     if is_string_dtype(data.dtype):

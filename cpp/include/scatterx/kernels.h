@@ -643,4 +643,94 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
     return !bad.load();
 }
 
+template <class T> inline T conj_of(const T& x) {
+    if constexpr (is_complex_v<T>) return T{x.re, -x.im};
+    else return x;
+}
+
+// The backward of "mul", without division (zeros and duplicates stay exact), for the compute
+// type T. Each update k with target t gets dU[k] = conj(before(k) * R(k)), where before(k) is
+// the product of the updates of t that precede k in row-major order and R(k) is conj(G[t]) *
+// D[t] times those that follow it, so dU[k] = G[t] * conj(D[t] * before(k) * after(k)). A
+// forward walk of each fiber leaves before(k) in dU[k] and the product of all updates of t in
+// P[t]; a backward walk keeps R in S. Arrays: P (ones on entry; the products on exit) is array
+// 0 of the geometry and S (conj(G) * D on entry, scratch) lies at the same byte offsets; u
+// (updates) is array 2 and dU lies at the same offsets as u. Returns false when an
+// out-of-bounds index was met (skipped).
+template <class T, class I>
+bool mul_backward(const Geometry& g, char* P, char* S, const char* indices, const char* u, char* gu) {
+    char* base[4] = {P, const_cast<char*>(indices), const_cast<char*>(u), P};
+    const FiberSpace fs = fiber_space(g);
+    if (fs.nfib == 0 || fs.na == 0) return true;
+    const int64_t size = g.axis_size, dstr = g.axis_stride;
+    const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
+    const int fparts = choose_parts(fs.nfib, fs.nfib * fs.na).first;
+    std::atomic<bool> bad{false};
+    parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
+        const int64_t* astr = fs.astr;
+        bool local_bad = false;
+        // Calls f(target offset in P, offset in u) for every update of the block, in row-major
+        // order or its reverse.
+        auto walk = [&](bool reverse, auto&& f) {
+            auto one = [&](int64_t j, int64_t k) {
+                const I raw = *reinterpret_cast<const I*>(p[1] + j * astr[1] + k * in[1]);
+                if (!in_bounds(raw, size)) { local_bad = true; return; }
+                f((p[0] - P) + k * in[0] + normalise(raw, size) * dstr, (p[2] - u) + j * astr[2] + k * in[2]);
+            };
+            const bool rows = axis_outer && count > 1;
+            const int64_t outer = rows ? fs.na : count, inner = rows ? count : fs.na;
+            for (int64_t a = 0; a < outer; ++a) {
+                const int64_t x = reverse ? outer - 1 - a : a;
+                for (int64_t b = 0; b < inner; ++b) {
+                    const int64_t y = reverse ? inner - 1 - b : b;
+                    if (rows) one(x, y);  // x: the axis position, y: the fiber
+                    else one(y, x);       // x: the fiber, y: the axis position
+                }
+            }
+        };
+        constexpr int64_t N = sizeof(T);
+        if (axis_outer && count > 1 && in[0] == N && in[1] == int64_t(sizeof(I)) && in[2] == N) {
+            // Rows of contiguous fibers (a middle axis, say): typed addressing; within a row
+            // every element is its own fiber, so only the order of the rows matters.
+            const int64_t off0 = p[0] - P;
+            auto row = [&](int64_t j, auto&& f) {
+                const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
+                const int64_t q = (p[2] - u) + j * astr[2];
+                const T* uv = reinterpret_cast<const T*>(u + q);
+                T* gv = reinterpret_cast<T*>(gu + q);
+                each_index(iv, count, size, local_bad, [&](int64_t k, int64_t v) {
+                    f(off0 + k * N + v * dstr, uv[k], gv[k]);
+                });
+            };
+            for (int64_t j = 0; j < fs.na; ++j)
+                row(j, [&](int64_t t, const T& uk, T& gk) {
+                    T& pt = *reinterpret_cast<T*>(P + t);
+                    gk = pt;
+                    pt = Arith<T>::mul(pt, uk);
+                });
+            for (int64_t j = fs.na - 1; j >= 0; --j)
+                row(j, [&](int64_t t, const T& uk, T& gk) {
+                    T& st = *reinterpret_cast<T*>(S + t);
+                    gk = conj_of(Arith<T>::mul(gk, st));
+                    st = Arith<T>::mul(st, uk);
+                });
+            if (local_bad) bad.store(true, std::memory_order_relaxed);
+            return;
+        }
+        walk(false, [&](int64_t t, int64_t q) {
+            T& pt = *reinterpret_cast<T*>(P + t);
+            *reinterpret_cast<T*>(gu + q) = pt;
+            pt = Arith<T>::mul(pt, *reinterpret_cast<const T*>(u + q));
+        });
+        walk(true, [&](int64_t t, int64_t q) {
+            T& st = *reinterpret_cast<T*>(S + t);
+            T& out = *reinterpret_cast<T*>(gu + q);
+            out = conj_of(Arith<T>::mul(out, st));
+            st = Arith<T>::mul(st, *reinterpret_cast<const T*>(u + q));
+        });
+        if (local_bad) bad.store(true, std::memory_order_relaxed);
+    });
+    return !bad.load();
+}
+
 }  // namespace scatterx
