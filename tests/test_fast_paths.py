@@ -156,3 +156,34 @@ def test_middle_axis_and_fused_copy_paths(threads, layout):
             np.testing.assert_array_equal(got, data[tuple(index)])
     finally:
         sx.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+def test_one_long_fiber_with_a_reader_thread(threads, reduction):
+    """A 1-D scatter long enough for the second thread to read ahead of the first: the result
+    is the sequential one, bit for bit, and a bad index is still reported."""
+    rng = np.random.default_rng(12)
+    n = (1 << 20) + 12345
+    data = rng.standard_normal(1000)
+    indices = rng.integers(-1000, 1000, n)
+    updates = rng.standard_normal(n)
+    want = data.copy()
+    positive = np.where(indices < 0, indices + 1000, indices)
+    if reduction == "none":
+        targets, last = np.unique(positive[::-1], return_index=True)  # the last writer wins
+        want[targets] = updates[::-1][last]
+    else:
+        UFUNCS[reduction].at(want, positive, updates)
+    previous = sx.get_num_threads()
+    sx.set_num_threads(threads)
+    try:
+        got = sx.scatter_elements(data, indices, updates, reduction=reduction)
+        np.testing.assert_array_equal(got, want)
+        got32 = sx.scatter_elements(data, indices.astype(np.int32), updates, reduction=reduction)
+        np.testing.assert_array_equal(got32, want)
+        indices[n - 7] = 1000
+        with pytest.raises(IndexError, match=rf"index 1000 at indices\[{n - 7}\]"):
+            sx.scatter_elements(data, indices, updates, reduction=reduction)
+    finally:
+        sx.set_num_threads(previous)

@@ -363,29 +363,82 @@ inline void prefetch_span(const char* p, int64_t bytes) {
     for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
 }
 
+// One long contiguous fiber (a 1-D histogram) must run on one thread to keep its order. A second
+// thread, when there is one, reads ahead of it instead: one element per cache line of the index
+// and update streams, at most kReadLeadBytes ahead of the progress the first thread publishes,
+// so those streams arrive from the other core's cache rather than from memory. It writes
+// nothing, so results are exactly those of one thread. Measured on the 2-core machine (1e7
+// float64 updates into 1e5 bins, 3 runs): 21-28 ms alone, 15-22 ms with the reader; leads of
+// 512 KB and more gained less (the lines leave the reader's cache before they are used).
+inline constexpr int64_t kReadAheadMin = int64_t(1) << 20;  // fiber length that gets a reader
+inline constexpr int64_t kReadLeadBytes = int64_t(256) << 10;
+inline constexpr int64_t kProgressStep = 8192;              // elements between progress stores
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+inline void read_ahead(const char* ip, int64_t isize, const char* up, int64_t usize, int64_t na,
+                       const std::atomic<int64_t>& progress) {
+    const int64_t step = std::max<int64_t>(1, 64 / std::max(isize, usize));
+    const int64_t lead = kReadLeadBytes / (isize + usize);
+    uint64_t sink = 0;
+    int spins = 0;
+    for (int64_t j = 0; j < na; j += step) {
+        if ((j & (kProgressStep - 1)) < step) {
+            int64_t done = progress.load(std::memory_order_acquire);
+            if (done >= na) break;
+            if (j < done) j = done - done % step;  // fallen behind: skip to the work
+            while (j - done > lead) {
+                if (++spins % 1024 == 0) std::this_thread::yield();
+                else cpu_relax();
+                done = progress.load(std::memory_order_acquire);
+                if (done >= na) return;
+            }
+        }
+        uint64_t a = 0, b = 0;
+        std::memcpy(&a, ip + j * isize, size_t(std::min<int64_t>(isize, 8)));
+        std::memcpy(&b, up + j * usize, size_t(std::min<int64_t>(usize, 8)));
+        sink ^= a ^ b;
+    }
+    asm volatile("" : : "r"(sink));
+}
+
 // Scatter of one block of fibers. Out-of-bounds indices are never applied; they raise `bad`.
 template <class T, class I, Reduction R> struct ScatterBlock {
     int64_t size, ostr;
     bool* bad;
+    std::atomic<int64_t>* progress = nullptr;  // see read_ahead
+
+    bool contiguous(int64_t is, int64_t us) const {
+        return is == int64_t(sizeof(I)) && us == int64_t(sizeof(T)) && ostr == int64_t(sizeof(T));
+    }
 
     void fiber(char* op, const char* ip, const char* up, int64_t na, int64_t is, int64_t us) const {
-        if (is == int64_t(sizeof(I)) && us == int64_t(sizeof(T)) && ostr == int64_t(sizeof(T))) {
+        if (contiguous(is, us)) {
             // Contiguous fibers (a 1-D histogram, say): typed addressing, no stride products.
             const I* iv = reinterpret_cast<const I*>(ip);
             const T* uv = reinterpret_cast<const T*>(up);
             T* ov = reinterpret_cast<T*>(op);
             // Prefetching pays only when the fiber does not fit in the cache anyway.
-            const int64_t ahead = size * int64_t(sizeof(T)) > kCacheBytes ? kPrefetchAhead : na;
-            if (ahead == na) {
-                each_index(iv, na, size, *bad, [&](int64_t j, int64_t v) { Reducer<R>::apply(ov[v], uv[j]); });
-                return;
-            }
-            for (int64_t j = 0; j < na; ++j) {
-                if (j + ahead < na && in_bounds(iv[j + ahead], size))
-                    __builtin_prefetch(ov + normalise(iv[j + ahead], size), 1);
-                const I raw = iv[j];
-                if (!in_bounds(raw, size)) { *bad = true; continue; }
-                Reducer<R>::apply(ov[normalise(raw, size)], uv[j]);
+            const bool far = size * int64_t(sizeof(T)) > kCacheBytes;
+            const int64_t step = progress ? kProgressStep : na;
+            for (int64_t c0 = 0; c0 < na; c0 += step) {
+                const int64_t c1 = std::min(na, c0 + step);
+                if (!far) {
+                    each_index(iv + c0, c1 - c0, size, *bad, [&](int64_t j, int64_t v) { Reducer<R>::apply(ov[v], uv[c0 + j]); });
+                } else {
+                    for (int64_t j = c0; j < c1; ++j) {
+                        if (j + kPrefetchAhead < na && in_bounds(iv[j + kPrefetchAhead], size))
+                            __builtin_prefetch(ov + normalise(iv[j + kPrefetchAhead], size), 1);
+                        const I raw = iv[j];
+                        if (!in_bounds(raw, size)) { *bad = true; continue; }
+                        Reducer<R>::apply(ov[normalise(raw, size)], uv[j]);
+                    }
+                }
+                if (progress) progress->store(c1, std::memory_order_release);
             }
             return;
         }
@@ -481,6 +534,22 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
     // update, about twice the cost of applying it, so two threads gain nothing.)
     const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, src ? g.axis_size : 0)).first;
     std::atomic<bool> bad{false};
+    if (fs.nfib == 1 && fs.na >= kReadAheadMin && ThreadPool::instance().num_threads() > 1 &&
+        ScatterBlock<T, I, R>{g.axis_size, g.axis_stride, nullptr}.contiguous(fs.astr[1], fs.astr[2])) {
+        std::atomic<int64_t> progress{0};
+        ThreadPool::instance().run(2, [&](int w, int) {
+            for_each_run(fs.f, base, 0, 1, [&](char* const* p, int64_t, const int64_t*) {
+                if (w == 1) return read_ahead(p[1], sizeof(I), p[2], sizeof(T), fs.na, progress);
+                bool local_bad = false;
+                ScatterBlock<T, I, R> sb{g.axis_size, g.axis_stride, &local_bad, &progress};
+                if (src) copy_run(p[0], g.axis_stride, p[3], g.src_axis_stride, g.axis_size, int64_t(sizeof(T)));
+                sb.fiber(p[0], p[1], p[2], fs.na, fs.astr[1], fs.astr[2]);
+                progress.store(fs.na, std::memory_order_release);
+                if (local_bad) bad.store(true, std::memory_order_relaxed);
+            });
+        });
+        return !bad.load();
+    }
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
         ScatterBlock<T, I, R> sb{g.axis_size, g.axis_stride, &local_bad};
