@@ -187,3 +187,26 @@ def test_one_long_fiber_with_a_reader_thread(threads, reduction):
             sx.scatter_elements(data, indices, updates, reduction=reduction)
     finally:
         sx.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("shape", [(64, 1000), (8, 4099)])
+def test_output_just_after_data_modulo_4k(shape):
+    """An output 16 bytes after data modulo 4 KiB (as glibc places an allocation right after
+    another) is copied by blocks instead of memcpy; rows that are not a whole number of blocks
+    included, through the fused and the separate copy of data."""
+    rng = np.random.default_rng(13)
+    n = shape[0] * shape[1]
+    buffer = np.zeros(2 * n + 3 * 1024, np.float32)
+    start = (-buffer.ctypes.data % 4096) // 4
+    data = buffer[start : start + n].reshape(shape)
+    data[...] = rng.standard_normal(shape)
+    out_start = start + -(-n // 1024) * 1024 + 4  # the next 4 KiB boundary after data, + 16 bytes
+    out = buffer[out_start : out_start + n].reshape(shape)
+    assert (out.ctypes.data - data.ctypes.data) % 4096 == 16
+    for rows in (shape[0], shape[0] - 1):  # every fiber visited (fused copy) or not
+        indices = rng.integers(0, shape[1], (rows, 300))
+        updates = rng.standard_normal((rows, 300)).astype(np.float32)
+        want = data.copy()
+        np.add.at(want, (np.arange(rows)[:, None], indices), updates)
+        sx.scatter_elements(data, indices, updates, axis=1, reduction="add", out=out)
+        np.testing.assert_array_equal(out, want)

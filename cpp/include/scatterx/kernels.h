@@ -161,10 +161,33 @@ int64_t find_bad_index(const char* indices, const int64_t* shape, const int64_t*
     return -1;
 }
 
+// Whether dst lies a little after src modulo 4 KiB, as when an output of the same size as the
+// input is allocated right after it (glibc puts a 16-byte header between). The C library's
+// memcpy then uses "rep movsb", which this CPU runs 3.5x slower at such a distance (measured:
+// 4 KiB rows, dst = src + 16 MiB + 16: 8.8 ms vs 2.5 ms at + 0 or + 32; a plain vector loop:
+// 2.8 ms). The fused scatter of a 16 MiB float32 array ran 2x slower because of it.
+inline bool aliased_ahead(const char* dst, const char* src) {
+    const uint64_t d = (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) & 4095;
+    return d != 0 && d < 64;
+}
+
+// A contiguous copy by 64-byte blocks (vector loads and stores, no "rep movsb").
+inline void copy_blocks(char* dst, const char* src, int64_t bytes) {
+    int64_t i = 0;
+    for (; i + 64 <= bytes; i += 64) {
+        char block[64];
+        std::memcpy(block, src + i, 64);
+        std::memcpy(dst + i, block, 64);
+    }
+    if (i < bytes) std::memcpy(dst + i, src + i, size_t(bytes - i));
+}
+
 // Copies `count` elements of `itemsize` bytes from src (byte stride ss) to dst (stride ds).
 inline void copy_run(char* dst, int64_t ds, const char* src, int64_t ss, int64_t count, int64_t itemsize) {
     if (count == 1 || (ds == itemsize && ss == itemsize)) {
-        std::memcpy(dst, src, size_t(count * itemsize));
+        const int64_t bytes = count * itemsize;
+        if (bytes >= 1024 && aliased_ahead(dst, src)) return copy_blocks(dst, src, bytes);
+        std::memcpy(dst, src, size_t(bytes));
         return;
     }
     // Strided (or stride-0, a fill): a fixed-size copy per element, not a call.
