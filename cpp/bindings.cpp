@@ -7,9 +7,16 @@
 #include <nanobind/stl/vector.h>
 
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define NPY_TARGET_VERSION NPY_1_22_API_VERSION  // memory handlers (NEP 49)
 #define PY_ARRAY_UNIQUE_SYMBOL scatterx_ARRAY_API
 #include <numpy/arrayobject.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include <cstdlib>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -274,6 +281,116 @@ int64_t mul_backward_py(nb::handle p_h, nb::handle s_h, nb::handle indices_h,
     return bad;
 }
 
+// ---- Output memory. NumPy returns a large freed block to the system, so the next output of that
+// size faults in fresh pages that the kernel zeroes first. The outputs scatterx allocates (1 MiB
+// and up) use this NumPy memory handler (NEP 49) instead: freed blocks, up to a byte limit, are
+// kept and handed out again for the next output they fit. Measured on the 2-core machine: a 1-D
+// gather of 1e7 float64, 20.3 ms into a new block vs 14.6 ms into a reused one. Only with
+// glibc (malloc_usable_size gives each block's true size); elsewhere the limit is 0. ----
+
+namespace output_cache {
+struct Block {
+    void* ptr;
+    size_t usable;
+};
+std::mutex mutex;
+std::vector<Block> blocks;  // freed, oldest first
+size_t held = 0;
+#if defined(__GLIBC__)
+size_t limit = size_t(256) << 20;
+#else
+size_t limit = 0;
+#endif
+constexpr size_t kMinBytes = size_t(1) << 20;
+
+void trim_locked(size_t keep) {
+    while (held > keep && !blocks.empty()) {
+        std::free(blocks.front().ptr);
+        held -= blocks.front().usable;
+        blocks.erase(blocks.begin());
+    }
+}
+
+void* take(void*, size_t size) {
+    if (size >= kMinBytes) {
+        std::lock_guard<std::mutex> lk(mutex);
+        for (size_t i = blocks.size(); i-- > 0;) {
+            const Block b = blocks[i];
+            if (b.usable >= size && b.usable - size <= size / 8) {  // fits, wasting at most 1/8
+                blocks.erase(blocks.begin() + std::ptrdiff_t(i));
+                held -= b.usable;
+                return b.ptr;
+            }
+        }
+    }
+    return std::malloc(size);
+}
+void* take_zeroed(void*, size_t n, size_t size) { return std::calloc(n, size); }
+void* resize(void*, void* ptr, size_t size) { return std::realloc(ptr, size); }
+void give_back(void*, void* ptr, size_t size) {
+#if defined(__GLIBC__)
+    if (ptr && size >= kMinBytes) {
+        const size_t usable = malloc_usable_size(ptr);
+        std::lock_guard<std::mutex> lk(mutex);
+        if (usable <= limit) {
+            trim_locked(limit - usable);
+            blocks.push_back({ptr, usable});
+            held += usable;
+            return;
+        }
+    }
+#endif
+    std::free(ptr);
+}
+
+PyDataMem_Handler handler = {"scatterx_output_cache", 1, {nullptr, take, take_zeroed, resize, give_back}};
+PyObject* capsule = nullptr;  // created at import, never released (arrays may outlive the module)
+
+size_t set_limit(size_t bytes) {
+#if !defined(__GLIBC__)
+    bytes = 0;
+#endif
+    std::lock_guard<std::mutex> lk(mutex);
+    limit = bytes;
+    trim_locked(limit);
+    return limit;
+}
+size_t held_bytes() {
+    std::lock_guard<std::mutex> lk(mutex);
+    return held;
+}
+}  // namespace output_cache
+
+// A new C-contiguous array (steals `descr`), from the output cache when it is large enough.
+nb::object new_output(int nd, npy_intp* dims, PyArray_Descr* descr) {
+    npy_intp count = 1;
+    for (int d = 0; d < nd; ++d) count *= dims[d];
+    const bool cached = size_t(count) * size_t(PyDataType_ELSIZE(descr)) >= output_cache::kMinBytes && output_cache::limit > 0;
+    PyObject* previous = cached ? PyDataMem_SetHandler(output_cache::capsule) : nullptr;
+    if (cached && !previous) {
+        Py_DECREF(descr);
+        throw nb::python_error();
+    }
+    PyObject* arr = PyArray_Empty(nd, dims, descr, 0);
+    if (cached) {
+        PyObject* ours = PyDataMem_SetHandler(previous);
+        Py_DECREF(previous);
+        Py_XDECREF(ours);
+    }
+    if (!arr) throw nb::python_error();
+    return nb::steal(arr);
+}
+
+nb::object empty_output(std::vector<int64_t> shape, nb::handle dtype_h) {
+    if (shape.size() > size_t(kMaxDims)) throw std::invalid_argument("too many dimensions");
+    for (int64_t n : shape)
+        if (n < 0) throw std::invalid_argument("negative dimension");
+    PyArray_Descr* descr = nullptr;
+    if (!PyArray_DescrConverter(dtype_h.ptr(), &descr)) throw nb::python_error();
+    static_assert(sizeof(npy_intp) == sizeof(int64_t), "64-bit platforms only");
+    return new_output(int(shape.size()), reinterpret_cast<npy_intp*>(shape.data()), descr);
+}
+
 // ---- The short path: everything validated here for the common case, or None to fall back to
 // the Python layer (which then validates fully and raises the precise error). ----
 
@@ -348,8 +465,7 @@ nb::object scatter_fast(nb::handle data_h, nb::handle indices_h, nb::handle upda
     if (axis < 0 || !PyArray_SAMESHAPE(idx, upd)) return nb::none();
     PyArray_Descr* descr = PyArray_DESCR(data);
     Py_INCREF(descr);
-    nb::object out = nb::steal(PyArray_Empty(PyArray_NDIM(data), PyArray_DIMS(data), descr, 0));
-    if (!out.is_valid()) throw nb::python_error();
+    nb::object out = new_output(PyArray_NDIM(data), PyArray_DIMS(data), descr);
     View vd = view(data_h, "data"), vi = view(indices_h, "indices"), vu = view(updates_h, "updates");
     View vo = view(out, "out", true);
     if (run_scatter(vd, vi, vu, vo, axis, reduction, code, true, false) >= 0) return nb::none();
@@ -365,8 +481,7 @@ nb::object gather_fast(nb::handle data_h, nb::handle indices_h, nb::handle axis_
     if (axis < 0) return nb::none();
     PyArray_Descr* descr = PyArray_DESCR(data);
     Py_INCREF(descr);
-    nb::object out = nb::steal(PyArray_Empty(PyArray_NDIM(idx), PyArray_DIMS(idx), descr, 0));
-    if (!out.is_valid()) throw nb::python_error();
+    nb::object out = new_output(PyArray_NDIM(idx), PyArray_DIMS(idx), descr);
     View vd = view(data_h, "data"), vi = view(indices_h, "indices"), vo = view(out, "out", true);
     if (run_gather(vd, vi, vo, axis, false) >= 0) return nb::none();
     return out;
@@ -381,6 +496,8 @@ int import_numpy() {
 
 NB_MODULE(_core, m) {
     if (import_numpy() < 0) throw nb::python_error();
+    output_cache::capsule = PyCapsule_New(&output_cache::handler, "mem_handler", nullptr);
+    if (!output_cache::capsule) throw nb::python_error();
     m.doc() = "scatterx native kernels (private; use the scatterx package)";
     m.attr("element_types") = std::vector<std::string>(std::begin(element_type_names), std::end(element_type_names));
     m.attr("reductions") = std::vector<std::string>(std::begin(reduction_names), std::end(reduction_names));
@@ -397,6 +514,9 @@ NB_MODULE(_core, m) {
           nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"));
     m.def("mul_backward", &mul_backward_py, nb::arg("P"), nb::arg("S"), nb::arg("indices"),
           nb::arg("updates"), nb::arg("grad_updates"), nb::arg("axis"), nb::arg("type_code"));
+    m.def("empty", &empty_output, nb::arg("shape"), nb::arg("dtype"));
+    m.def("set_output_cache_limit", &output_cache::set_limit, nb::arg("nbytes"));
+    m.def("output_cache_bytes", &output_cache::held_bytes);
     m.def("first_bad_index", &first_bad_index, nb::arg("indices"), nb::arg("size"));
     m.def("set_num_threads", [](int n) { ThreadPool::instance().set_num_threads(n); }, nb::arg("n"));
     m.def("get_num_threads", [] { return ThreadPool::instance().num_threads(); });

@@ -3,7 +3,7 @@
 from ._autodiff import gather_elements_vjp, scatter_elements_vjp
 from ._node import GatherElements, ScatterElements
 from ._ops import gather_elements, scatter_elements
-from ._threads import get_num_threads, set_num_threads
+from ._threads import get_num_threads, set_num_threads, set_output_cache_limit
 
 __version__ = "0.1.0"
 
@@ -16,4 +16,5 @@ __all__ = [
     "scatter_elements",
     "scatter_elements_vjp",
     "set_num_threads",
+    "set_output_cache_limit",
 ]

@@ -190,7 +190,7 @@ def _backward_mul(res: ScatterResiduals, g: np.ndarray, cdt):
     gc = g.astype(cdt, copy=False)
     d = res.data.astype(cdt, copy=False)
     conj = np.conj if cdt.kind == "c" else (lambda x: x)
-    scratch = np.multiply(conj(gc), d, out=np.empty(res.data_shape, cdt))
+    scratch = np.multiply(conj(gc), d, out=_kernels.new_array(res.data_shape, cdt))
     product, grad_updates = _kernels.mul_backward(scratch, res.indices, res.updates, res.axis)
     grad_data = gc * conj(product)
     return grad_data, grad_updates

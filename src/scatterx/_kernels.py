@@ -17,6 +17,11 @@ _REDUCTION_CODES = {name: i for i, name in enumerate(_core.reductions)}
 _core.set_bfloat16_type(np.dtype(ml_dtypes.bfloat16).num)
 
 
+def new_array(shape: tuple, dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array for a result; large ones come from the output cache."""
+    return _core.empty(shape, dtype)
+
+
 def _detach(arr: np.ndarray, out: np.ndarray) -> np.ndarray:
     """A copy of `arr` if it shares memory with `out` (reading it while writing out is unsafe)."""
     return arr.copy() if np.may_share_memory(arr, out) else arr
@@ -46,7 +51,7 @@ def scatter(call: ScatterCall, out: np.ndarray | None) -> np.ndarray:
     data, indices, updates = call.data, call.indices, call.updates
     fresh = out is None
     if fresh:
-        out = np.empty(data.shape, data.dtype)
+        out = new_array(data.shape, data.dtype)
         copy = True
     else:
         copy = not _is_same_view(out, data)
@@ -70,8 +75,8 @@ def take_last_writer(grad_output: np.ndarray, indices: np.ndarray, axis: int) ->
     to zero, and for each update the gradient at its target if it is the last writer there
     (row-major order), else zero.
     """
-    grad_data = np.empty(grad_output.shape, grad_output.dtype)
-    grad_updates = np.empty(indices.shape, grad_data.dtype)
+    grad_data = new_array(grad_output.shape, grad_output.dtype)
+    grad_updates = new_array(indices.shape, grad_data.dtype)
     bad = _core.take_last_writer(grad_output, indices, grad_data, grad_updates, axis)
     if bad >= 0:
         raise_out_of_bounds(indices, bad, axis, grad_data.shape[axis])
@@ -90,9 +95,10 @@ def mul_backward(
     """
     dtype = conj_grad_times_data.dtype
     scratch = conj_grad_times_data
-    product = np.ones(scratch.shape, dtype)
+    product = new_array(scratch.shape, dtype)
+    product.fill(1)
     updates = np.ascontiguousarray(updates, dtype=dtype)
-    grad_updates = np.empty(updates.shape, dtype)
+    grad_updates = new_array(updates.shape, dtype)
     bad = _core.mul_backward(product, scratch, indices, updates, grad_updates, axis, _TYPE_CODES[dtype])
     if bad >= 0:
         raise_out_of_bounds(indices, bad, axis, scratch.shape[axis])
@@ -107,7 +113,7 @@ def gather(call: GatherCall, out: np.ndarray | None) -> np.ndarray:
         return gather_strings(call, out)
     fresh = out is None
     if fresh:
-        out = np.empty(indices.shape, data.dtype)
+        out = new_array(indices.shape, data.dtype)
     elif not out.flags.aligned:
         np.copyto(out, gather(call, None))
         return out

@@ -1,4 +1,5 @@
-"""The number of native worker threads (default: SCATTERX_NUM_THREADS, else the usable cores)."""
+"""Process-wide settings of the native core: the number of worker threads (default:
+SCATTERX_NUM_THREADS, else the usable cores) and the byte limit of the output cache."""
 
 from __future__ import annotations
 
@@ -35,6 +36,24 @@ def set_num_threads(n: int) -> None:
 def get_num_threads() -> int:
     """The number of threads the native kernels use."""
     return _core.get_num_threads()
+
+
+def set_output_cache_limit(nbytes: int) -> int:
+    """Sets how many bytes of freed result arrays scatterx keeps for reuse; returns the limit.
+
+    Results of 1 MiB and more are allocated through a NumPy memory handler that keeps their
+    blocks when NumPy frees them (up to this many bytes, oldest dropped first) and hands them out
+    again for the next result they fit, which spares faulting in fresh zeroed pages on every call.
+    The default is 256 MiB; 0 frees what is kept and turns the reuse off. Platforms without glibc
+    always report 0.
+    """
+    try:
+        nbytes = operator.index(nbytes)
+    except TypeError:
+        raise TypeError(f"the cache limit must be an integer, got {type(nbytes).__name__}") from None
+    if nbytes < 0:
+        raise ValueError(f"the cache limit must be >= 0, got {nbytes}")
+    return _core.set_output_cache_limit(nbytes)
 
 
 def _default_threads() -> int:

@@ -1,0 +1,113 @@
+"""The output cache: large result blocks that NumPy frees are kept and reused, within a limit."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import scatterx as sx
+from scatterx import _core
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the cache needs glibc")
+
+MIB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _default_limit():
+    sx.set_output_cache_limit(0)  # start empty
+    sx.set_output_cache_limit(256 * MIB)
+    yield
+    sx.set_output_cache_limit(256 * MIB)
+
+
+def _inputs(n=300_000, seed=0):
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal(1000)
+    indices = rng.integers(-1000, 1000, n)
+    return data, indices
+
+
+def test_a_freed_result_block_is_reused():
+    data, indices = _inputs()
+    first = sx.gather_elements(data, indices)  # 2.4 MB: through the cache
+    address = first.ctypes.data
+    np.testing.assert_array_equal(first, data[indices])
+    del first
+    assert _core.output_cache_bytes() >= 300_000 * 8
+    second = sx.gather_elements(data, indices[::-1].copy())
+    assert second.ctypes.data == address
+    assert _core.output_cache_bytes() == 0
+    np.testing.assert_array_equal(second, data[indices[::-1]])
+    assert second.flags.owndata and second.flags.writeable and second.flags.c_contiguous
+
+
+def test_small_results_do_not_use_it():
+    data, indices = _inputs(1000)
+    sx.gather_elements(data, indices)
+    assert _core.output_cache_bytes() == 0
+
+
+def test_limit_zero_frees_and_disables():
+    data, indices = _inputs()
+    sx.gather_elements(data, indices)
+    assert _core.output_cache_bytes() > 0
+    assert sx.set_output_cache_limit(0) == 0
+    assert _core.output_cache_bytes() == 0
+    sx.gather_elements(data, indices)
+    assert _core.output_cache_bytes() == 0
+
+
+def test_the_limit_bounds_what_is_kept():
+    sx.set_output_cache_limit(3 * MIB)
+    data, indices = _inputs(200_000)  # 1.6 MB results: only one fits under 3 MiB
+    results = [sx.gather_elements(data, indices) for _ in range(4)]
+    del results
+    assert 0 < _core.output_cache_bytes() <= 3 * MIB
+
+
+def test_cached_arrays_resize_pickle_and_scatter_results():
+    data, indices = _inputs()
+    result = sx.gather_elements(data, indices)
+    want = data[indices]
+    result.resize((600_000,), refcheck=False)  # realloc through the handler
+    np.testing.assert_array_equal(result[:300_000], want)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(result))[:300_000], want)
+    del result
+    big = np.zeros((600, 600))
+    rows = np.broadcast_to(np.arange(600)[::-1, None], (600, 600))
+    for _ in range(3):
+        got = sx.scatter_elements(big, rows, np.ones((600, 600)), reduction="add")
+        np.testing.assert_array_equal(got, 1.0)
+        gd, gu = sx.scatter_elements_vjp(got, big, rows, np.ones((600, 600)), 0, "mul")
+        np.testing.assert_array_equal(gd, 1.0)
+
+
+def test_threads_allocating_and_freeing_at_once():
+    data, indices = _inputs(200_000)
+    want = data[indices]
+    errors = []
+
+    def work():
+        for _ in range(40):
+            got = sx.gather_elements(data, indices)
+            if not np.array_equal(got, want):
+                errors.append("mismatch")
+            del got
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+@pytest.mark.parametrize("bad, error", [(-1, ValueError), (1.5, TypeError)])
+def test_bad_limits(bad, error):
+    with pytest.raises(error):
+        sx.set_output_cache_limit(bad)
