@@ -19,18 +19,22 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _integer(value, low: int, what: str) -> int:
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, got {type(value).__name__}") from None
+    if value < low:
+        raise ValueError(f"{what} must be >= {low}, got {value}")
+    return value
+
+
 def set_num_threads(n: int) -> None:
     """Sets the number of threads the native kernels use (>= 1).
 
     Results do not depend on it: work is split by fibers and every output element has one owner.
     """
-    try:
-        n = operator.index(n)
-    except TypeError:
-        raise TypeError(f"the number of threads must be an integer, got {type(n).__name__}") from None
-    if n < 1:
-        raise ValueError(f"the number of threads must be >= 1, got {n}")
-    _core.set_num_threads(n)
+    _core.set_num_threads(_integer(n, 1, "the number of threads"))
 
 
 def get_num_threads() -> int:
@@ -47,13 +51,7 @@ def set_output_cache_limit(nbytes: int) -> int:
     The default is 256 MiB; 0 frees what is kept and turns the reuse off. Platforms without glibc
     always report 0.
     """
-    try:
-        nbytes = operator.index(nbytes)
-    except TypeError:
-        raise TypeError(f"the cache limit must be an integer, got {type(nbytes).__name__}") from None
-    if nbytes < 0:
-        raise ValueError(f"the cache limit must be >= 0, got {nbytes}")
-    return _core.set_output_cache_limit(nbytes)
+    return _core.set_output_cache_limit(_integer(nbytes, 0, "the cache limit"))
 
 
 def _default_threads() -> int:
