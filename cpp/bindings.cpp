@@ -244,6 +244,7 @@ int64_t take_last_writer_py(nb::handle grad_output_h, nb::handle indices_h, nb::
 
 bool same_layout(const View& a, const View& b) {
     if (!same_shape(a, b) || a.itemsize != b.itemsize) return false;
+    if (volume(a.shape, a.ndim) == 0) return true;  // no element: strides are arbitrary
     for (int d = 0; d < a.ndim; ++d)
         if (a.shape[d] > 1 && a.strides[d] != b.strides[d]) return false;
     return true;

@@ -521,3 +521,17 @@ def test_mul_backward_in_parallel_is_thread_independent_and_matches_torch(axis):
             np.testing.assert_array_equal(a, b)
     for a, b in zip(results[0], _torch_vjp(g, d, i % d.shape[axis], u, axis, "mul")):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("ishape", [(0, 3, 0), (0, 3, 4), (2, 3, 0)])
+def test_mul_backward_with_empty_indices(ishape):
+    """No update: dD = G, dU is empty (empty arrays may carry any strides)."""
+    rng = np.random.default_rng(10)
+    d = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    g = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    i = np.zeros(ishape, np.int64)
+    # Empty, with the strides of a 3x4 slab (as the fuzz found): NumPy keeps them.
+    updates = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), ishape, (12, 4, 4))
+    gd, gu = sx.scatter_elements_vjp(g, d, i, updates, 0, "mul")
+    np.testing.assert_array_equal(gd, g)
+    assert gu.shape == ishape
