@@ -161,3 +161,49 @@ def gather_elements(data, indices, axis=0) -> np.ndarray:
     for k, t in targets:
         out[k] = data[t]
     return out
+
+
+def scatter_elements_vjp(grad, data, indices, updates, axis=0, reduction="none"):
+    """The gradients of SPEC section 5 read literally, in float64 (complex128 for complex data).
+
+    For every position p of data, the updates that target it are taken in row-major order:
+    "none" gives G[p] to the last of them (data keeps it only when none lands), "add" to all,
+    "mul" gives dD = G·conj(product) and dU[k] = G·conj(D·product of the others), max/min split
+    G evenly among data and the updates that tie with the result (NaN ties NaN).
+    """
+    data, indices, updates = np.asarray(data), np.asarray(indices), np.asarray(updates)
+    wide = np.complex128 if data.dtype.kind == "c" else np.float64
+    G, D, U = (np.asarray(a).astype(wide) for a in (grad, data, updates))
+    axis = _check_shapes(data, indices, axis)
+    Y = scatter_elements(data, indices, updates, axis, reduction).astype(wide)
+    size = data.shape[axis]
+    writers = {}  # position of data -> the updates k that target it, in row-major order
+    for k in np.ndindex(indices.shape):
+        writers.setdefault(_target(k, axis, indices[k], size), []).append(k)
+    conj = np.conj if wide is np.complex128 else (lambda x: x)
+    dD, dU = np.zeros(D.shape, wide), np.zeros(U.shape, wide)
+    for p in np.ndindex(D.shape):
+        ks = writers.get(p, [])
+        if reduction == "none":
+            dD[p] = 0 if ks else G[p]
+            if ks:
+                dU[ks[-1]] = G[p]
+        elif reduction == "add":
+            dD[p] = G[p]
+            for k in ks:
+                dU[k] = G[p]
+        elif reduction == "mul":
+            dD[p] = G[p] * conj(math.prod(U[k] for k in ks))
+            for k in ks:
+                dU[k] = G[p] * conj(D[p] * math.prod(U[j] for j in ks if j != k))
+        else:
+            result = Y[p]
+
+            def tie(v, result=result):
+                return v == result or (_is_nan(v) and _is_nan(result))
+
+            n = tie(D[p]) + sum(tie(U[k]) for k in ks)
+            dD[p] = G[p] / n if tie(D[p]) else 0
+            for k in ks:
+                dU[k] = G[p] / n if tie(U[k]) else 0
+    return dD, dU

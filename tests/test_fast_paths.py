@@ -1,8 +1,8 @@
 """The native fast paths against NumPy's one-by-one ``ufunc.at`` and ``take_along_axis``.
 
-Each fast path (rows with one target, stride-0 index rows, chunks of plain indices, the F16C
-float16 row add) only runs for shapes wider than the small hypothesis cases reach, so these
-cases are sized for it. ``ufunc.at`` applies updates one at a time in index order, which is the
+Each fast path (rows with one target, stride-0 index rows, long runs of indices checked in the
+work loop, the F16C float16 row add) only runs for shapes wider than the small hypothesis cases
+reach, so these cases are sized for it. ``ufunc.at`` applies updates one at a time in index order, which is the
 sequential semantics; float16 results must match bit for bit.
 """
 
@@ -74,7 +74,7 @@ def test_float16_row_add_special_values():
 
 @pytest.mark.parametrize("axis", [0, 1])
 def test_plain_chunks_and_negative_indices(axis):
-    """Rows and fibers longer than a checking chunk, with and without negative indices."""
+    """Long rows and fibers (indices checked in the work loop), with and without negative indices."""
     rng = np.random.default_rng(11)
     data = rng.standard_normal((600, 700))
     shape = (1500, 700) if axis == 0 else (600, 1500)

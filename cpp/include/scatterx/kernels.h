@@ -282,9 +282,6 @@ template <class I> inline int64_t normalise(I v, int64_t size) {
     return x < 0 ? x + size : x;
 }
 
-// Contiguous index runs are checked a chunk at a time: when every index of the chunk lies in
-// [0, size) (the usual case), the chunk runs without per-element checks or normalisation.
-inline constexpr int64_t kChunk = 512;
 // Calls f(j, v) for each j in [0, n) with the normalised value v of index iv[j] in [0, size);
 // an out-of-bounds index is skipped and sets `bad`. The check sits in the same loop as the
 // work, as one predictable branch: a separate pass over the indices (or a vectorised reduction,
