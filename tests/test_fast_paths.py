@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import oracle
 import scatterx as sx
 
 UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -210,3 +211,96 @@ def test_output_just_after_data_modulo_4k(shape):
         np.add.at(want, (np.arange(rows)[:, None], indices), updates)
         sx.scatter_elements(data, indices, updates, axis=1, reduction="add", out=out)
         np.testing.assert_array_equal(out, want)
+
+
+def _special_values(dtype, shape, rng):
+    """Values whose order of application shows in the result: NaNs with different payloads,
+    signed zeros, infinities and many ties (floats); wrapping products and sums (integers)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.3
+    if dtype.kind in "iu":
+        return rng.integers(0, 7, shape).astype(dtype) * dtype.type(37)
+    x = rng.integers(-3, 4, shape).astype(np.float32) / 2  # ties and both zeros
+    x[x == 0] *= np.where(rng.random(int((x == 0).sum())) < 0.5, -1, 1)
+    x.flat[rng.integers(0, x.size, 40)] = np.inf
+    x.flat[rng.integers(0, x.size, 40)] = -np.inf
+    x = x.astype(dtype)
+    bits = x.view(np.uint16 if dtype.itemsize == 2 else np.uint32 if dtype.itemsize == 4 else np.uint64)
+    quiet = {2: 0x7E00 if dtype == np.float16 else 0x7FC0, 4: 0x7FC00000, 8: 0x7FF8000000000000}[dtype.itemsize]
+    for payload in range(1, 30):  # distinct quiet NaNs, so that which one wins is visible
+        bits.flat[rng.integers(0, x.size)] = quiet | payload
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int32, np.uint8, np.bool_])
+@pytest.mark.parametrize("reduction", ["max", "min", "add", "mul"])
+def test_axis_split_into_partial_results(dtype, reduction):
+    """A few wide rows (axis 0, 32 columns, 4000 rows of indices): with two or three threads a
+    combinable reduction (max/min of any ordered type, add/mul of integers and bool) splits the
+    axis into ranges, each into its own partial result, combined in order afterwards. The
+    result must be the sequential one bit for bit -- which NaN wins, the sign of a zero tie --
+    against NumPy's one-by-one ufunc.at and against one thread, through the fused copy of data,
+    the separate copy (index narrower than data), out=data, and a non-contiguous out."""
+    from scatterx import _core, _kernels
+
+    rng = np.random.default_rng(21)
+    data = _special_values(dtype, (2000, 32), rng)
+    ufunc = UFUNCS[reduction]
+    if np.dtype(dtype) == np.bool_:
+        ufunc = {"add": np.logical_or, "mul": np.logical_and, "max": np.logical_or, "min": np.logical_and}[reduction]
+    combinable = reduction in ("max", "min") or np.dtype(dtype).kind in "biu"
+    previous = sx.get_num_threads()
+    try:
+        for ishape in [(4000, 32), (4000, 20)]:
+            indices = rng.integers(-2000, 2000, ishape)
+            updates = _special_values(dtype, ishape, rng)
+            want = data.copy()
+            index = (np.where(indices < 0, indices + 2000, indices), np.arange(ishape[1])[None, :])
+            with np.errstate(all="ignore"):
+                ufunc.at(want, index, updates)
+            results = {}
+            for threads in (1, 2, 3):
+                sx.set_num_threads(threads)
+                code = _kernels._TYPE_CODES[np.dtype(dtype)]
+                parts = _core.scatter_parts(data, indices, 0, _kernels._REDUCTION_CODES[reduction], code)
+                assert parts == (min(threads, ishape[0] * ishape[1] // 32768) if combinable and threads > 1 else 1)
+                got = sx.scatter_elements(data, indices, updates, axis=0, reduction=reduction)
+                results[threads] = got
+                out = data.copy()
+                sx.scatter_elements(out, indices, updates, axis=0, reduction=reduction, out=out)
+                strided = np.asfortranarray(data)
+                sx.scatter_elements(strided, indices, updates, axis=0, reduction=reduction, out=strided)
+                for r in (out, strided):
+                    np.testing.assert_array_equal(np.ascontiguousarray(r).view(np.uint8), got.view(np.uint8))
+            for threads in (2, 3):
+                np.testing.assert_array_equal(results[threads].view(np.uint8), results[1].view(np.uint8))
+            # NumPy's ufuncs do not promise which NaN or which zero of a tie they return (the
+            # indexed loop of np.maximum.at keeps -0 over +0 in some lanes): values only.
+            np.testing.assert_array_equal(results[1].astype(np.float64), want.astype(np.float64))
+            if combinable and np.dtype(dtype).kind == "f" and ishape == (4000, 20) and reduction in ("max", "min"):
+                # Bit for bit against the literal SPEC oracle, NaN payloads and zero signs too.
+                literal = oracle.scatter_elements(data, indices, updates, axis=0, reduction=reduction)
+                np.testing.assert_array_equal(results[2].view(np.uint8), literal.view(np.uint8))
+    finally:
+        sx.set_num_threads(previous)
+
+
+def test_axis_split_reports_a_bad_index_and_keeps_out():
+    rng = np.random.default_rng(22)
+    data = rng.standard_normal((2000, 32)).astype(np.float32)
+    indices = rng.integers(0, 2000, (4000, 32))
+    indices[3999, 31] = 2000  # in the last part
+    indices[2500, 3] = -2001
+    updates = rng.standard_normal((4000, 32)).astype(np.float32)
+    previous = sx.get_num_threads()
+    sx.set_num_threads(2)
+    try:
+        with pytest.raises(IndexError, match=r"index -2001 at indices\[2500, 3\]"):
+            sx.scatter_elements(data, indices, updates, axis=0, reduction="max")
+        out = data.copy()
+        with pytest.raises(IndexError, match=r"index -2001 at indices\[2500, 3\]"):
+            sx.scatter_elements(out, indices, updates, axis=0, reduction="max", out=out)
+        np.testing.assert_array_equal(out, data)
+    finally:
+        sx.set_num_threads(previous)

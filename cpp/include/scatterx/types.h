@@ -66,6 +66,45 @@ inline uint16_t float_to_bf16(float f) {
     return uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+// max (Max) or min of NumPy's step semantics, as a 0/1 "take b" flag and as a value: the update
+// b replaces the current value a when it lies strictly beyond a, or when b is NaN and a is not
+// (ties and a NaN current value keep a). On x86 the flag comes from SSE compares and the value
+// from a mask blend, so no branch depends on the data: written as a C++ condition, GCC turns
+// `a = keep ? a : b` into a conditional store behind two branches, which random data
+// mispredicts about half the time (standalone, 6.4M random float32 max updates into 100000x32,
+// one thread, five interleaved runs: median 122 ms with the branches, 87 ms with the blend;
+// "add" took 77 ms).
+template <bool Max, class F> inline int takes_update(F a, F b) {
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<F, float>) {
+        const __m128 A = _mm_set_ss(a), B = _mm_set_ss(b);
+        const __m128 beyond = Max ? _mm_cmpgt_ss(B, A) : _mm_cmplt_ss(B, A);
+        return _mm_movemask_ps(_mm_or_ps(beyond, _mm_and_ps(_mm_cmpunord_ss(B, B), _mm_cmpord_ss(A, A)))) & 1;
+    } else if constexpr (std::is_same_v<F, double>) {
+        const __m128d A = _mm_set_sd(a), B = _mm_set_sd(b);
+        const __m128d beyond = Max ? _mm_cmpgt_sd(B, A) : _mm_cmplt_sd(B, A);
+        return _mm_movemask_pd(_mm_or_pd(beyond, _mm_and_pd(_mm_cmpunord_sd(B, B), _mm_cmpord_sd(A, A)))) & 1;
+    }
+#endif
+    return int(Max ? b > a : b < a) | int(b != b && a == a);
+}
+template <bool Max, class F> inline F extreme(F a, F b) {
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<F, float>) {
+        const __m128 A = _mm_set_ss(a), B = _mm_set_ss(b);
+        const __m128 beyond = Max ? _mm_cmpgt_ss(B, A) : _mm_cmplt_ss(B, A);
+        const __m128 take = _mm_or_ps(beyond, _mm_and_ps(_mm_cmpunord_ss(B, B), _mm_cmpord_ss(A, A)));
+        return _mm_cvtss_f32(_mm_or_ps(_mm_and_ps(take, B), _mm_andnot_ps(take, A)));
+    } else if constexpr (std::is_same_v<F, double>) {
+        const __m128d A = _mm_set_sd(a), B = _mm_set_sd(b);
+        const __m128d beyond = Max ? _mm_cmpgt_sd(B, A) : _mm_cmplt_sd(B, A);
+        const __m128d take = _mm_or_pd(beyond, _mm_and_pd(_mm_cmpunord_sd(B, B), _mm_cmpord_sd(A, A)));
+        return _mm_cvtsd_f64(_mm_or_pd(_mm_and_pd(take, B), _mm_andnot_pd(take, A)));
+    }
+#endif
+    return takes_update<Max>(a, b) ? b : a;
+}
+
 // Arith<T>: add, mul, max, min with NumPy's step semantics. max/min keep the current value on
 // ties and propagate NaN (like np.maximum(current, update)).
 template <class T, class Enable = void> struct Arith;
@@ -91,20 +130,18 @@ struct Arith<T, std::enable_if_t<std::is_integral_v<T>>> {
 template <class T> struct Arith<T, std::enable_if_t<std::is_floating_point_v<T>>> {
     static T add(T a, T b) { return a + b; }
     static T mul(T a, T b) { return a * b; }
-    static T max(T a, T b) { return (a >= b || std::isnan(a)) ? a : b; }
-    static T min(T a, T b) { return (a <= b || std::isnan(a)) ? a : b; }
+    static T max(T a, T b) { return extreme<true>(a, b); }
+    static T min(T a, T b) { return extreme<false>(a, b); }
 };
 
 template <class H, float (*ToF)(uint16_t), uint16_t (*FromF)(float)> struct Arith16 {
     static H add(H a, H b) { return H{FromF(ToF(a.bits) + ToF(b.bits))}; }
     static H mul(H a, H b) { return H{FromF(ToF(a.bits) * ToF(b.bits))}; }
-    static H max(H a, H b) {
-        float fa = ToF(a.bits), fb = ToF(b.bits);
-        return (fa >= fb || std::isnan(fa)) ? a : b;
-    }
-    static H min(H a, H b) {
-        float fa = ToF(a.bits), fb = ToF(b.bits);
-        return (fa <= fb || std::isnan(fa)) ? a : b;
+    static H max(H a, H b) { return pick(a, b, takes_update<true>(ToF(a.bits), ToF(b.bits))); }
+    static H min(H a, H b) { return pick(a, b, takes_update<false>(ToF(a.bits), ToF(b.bits))); }
+    // b when take is 1, a when it is 0, by arithmetic on the bits.
+    static H pick(H a, H b, int take) {
+        return H{uint16_t(a.bits ^ ((a.bits ^ b.bits) & (0u - unsigned(take))))};
     }
 };
 template <> struct Arith<float16> : Arith16<float16, half_to_float, float_to_half> {};
