@@ -199,9 +199,12 @@ def _backward_mul(res: ScatterResiduals, g: np.ndarray, cdt):
 def _backward_extremum(res: ScatterResiduals, g: np.ndarray, cdt):
     idx, axis = res.indices, res.axis
     gc = g.astype(cdt, copy=False)
-    ties = res.data_ties.astype(cdt)
-    _scatter(ties, idx, res.update_ties.astype(cdt), axis, "add", out=ties)
-    share = np.divide(gc, ties, out=ties)
+    # The ties are counted in integers: exact, and an integer "add" may split its updates
+    # between threads (a float count may not: its rounding would depend on the order).
+    count = np.int32 if idx.size < 2**31 else np.int64
+    ties = res.data_ties.astype(count)
+    _scatter(ties, idx, res.update_ties.astype(count), axis, "add", out=ties)
+    share = np.divide(gc, ties.astype(cdt))
     zero = np.zeros((), cdt)
     grad_data = np.where(res.data_ties, share, zero)
     grad_updates = np.where(res.update_ties, _gather(share, idx, axis), zero)
