@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "scatterx/kernels.h"
+#include "scatterx/probe.h"
 
 namespace nb = nanobind;
 using namespace scatterx;
@@ -137,33 +138,6 @@ bool worth_releasing(const View& a, const View& b) {
     return volume(a.shape, a.ndim) + volume(b.shape, b.ndim) >= 4096;
 }
 
-namespace output_cache {
-void* take(void*, size_t size);
-void give_back(void*, void* ptr, size_t size);
-}  // namespace output_cache
-
-// Scratch memory from the output cache, handed back when it goes out of scope (null when 0 bytes
-// or when allocation fails: callers then do without).
-struct Scratch {
-    char* ptr;
-    size_t bytes;
-    explicit Scratch(size_t n) : ptr(n ? static_cast<char*>(output_cache::take(nullptr, n)) : nullptr), bytes(n) {}
-    ~Scratch() {
-        if (ptr) output_cache::give_back(nullptr, ptr, bytes);
-    }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
-};
-
-bool c_contiguous(const View& a) {
-    int64_t expected = a.itemsize;
-    for (int d = a.ndim - 1; d >= 0; --d) {
-        if (a.shape[d] != 1 && a.strides[d] != expected) return false;
-        expected *= a.shape[d];
-    }
-    return true;
-}
-
 // Scatters into `out`. Returns -1, or the flat position of the first out-of-bounds index. With
 // copy=True, data is first copied into out. With precheck=True every index is checked before
 // anything is written (out keeps its contents on error); with precheck=False the check is fused
@@ -189,14 +163,7 @@ int64_t run_scatter(const View& data, const View& idx, const View& upd, const Vi
             dispatch_reduction(reduction, [&](auto rr) {
                 constexpr Reduction R = decltype(rr)::value;
                 if constexpr (supported_v<T, R>) {
-                    // Partial results of a split along the axis (kernels.h, update_parts) live in
-                    // scratch copies of a contiguous output, taken from the output cache.
-                    int parts = update_parts<T, R>(g);
-                    const int64_t span = volume(out.shape, out.ndim) * int64_t(sizeof(T));
-                    Scratch scratch(parts > 1 && c_contiguous(out) ? size_t(span) * size_t(parts - 1) : 0);
-                    if (!scratch.ptr) parts = 1;
-                    if (!scatter_kernel<T, I, R>(g, out.data, idx.data, upd.data, fused ? data.data : nullptr,
-                                                 scratch.ptr, parts, span))
+                    if (!scatter_kernel<T, I, R>(g, out.data, idx.data, upd.data, fused ? data.data : nullptr))
                         bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, data.shape[axis]);
                 } else {
                     throw std::invalid_argument("scatterx._core: reduction not defined for this type");
@@ -207,24 +174,17 @@ int64_t run_scatter(const View& data, const View& idx, const View& upd, const Vi
     return bad;
 }
 
-// How many partial results a scatter of these arrays into a new (C-contiguous) output would
-// use with the current thread count (1: the fibers are split instead). For tests.
-int scatter_parts(nb::handle data_h, nb::handle indices_h, int axis, int reduction, int type_code) {
-    View data = view(data_h, "data"), idx = view(indices_h, "indices");
-    check_geometry(data, idx, axis);
-    int64_t strides[kMaxDims];
-    int64_t step = type_itemsize(type_code);
-    for (int d = data.ndim - 1; d >= 0; --d) {
-        strides[d] = step;
-        step *= data.shape[d];
-    }
-    Geometry g = make_geometry(idx.shape, idx.ndim, axis, strides, idx.strides, idx.strides, data.shape[axis]);
-    int parts = 1;
-    dispatch_type(type_code, element_types{}, [&](auto tt) {
-        using T = typename decltype(tt)::type;
-        dispatch_reduction(reduction, [&](auto rr) { parts = update_parts<T, decltype(rr)::value>(g); });
-    });
-    return parts;
+// The probe of `scatterx bench` (probe.h): touches `span` bytes of `table` at each byte offset
+// of `positions` (int64), reading, or reading and storing back with `write`, prefetching
+// `ahead` positions early.
+uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool write, int64_t ahead) {
+    View table = view(table_h, "table", write), pos = view(positions_h, "positions");
+    if (table.ndim != 1 || table.itemsize != 1 || table.strides[0] != 1 || pos.ndim != 1 ||
+        pos.itemsize != 8 || pos.strides[0] != 8)
+        throw std::invalid_argument("scatterx._core.touch: a contiguous uint8 table and int64 positions");
+    nb::gil_scoped_release release;
+    return touch_lines(table.data, table.shape[0], reinterpret_cast<const int64_t*>(pos.data), pos.shape[0],
+                       span, write, ahead);
 }
 
 int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, nb::handle out_h,
@@ -559,8 +519,8 @@ NB_MODULE(_core, m) {
     m.def("scatter", &scatter, nb::arg("data"), nb::arg("indices"), nb::arg("updates"), nb::arg("out"),
           nb::arg("axis"), nb::arg("reduction"), nb::arg("type_code"), nb::arg("copy"),
           nb::arg("precheck"));
-    m.def("scatter_parts", &scatter_parts, nb::arg("data"), nb::arg("indices"), nb::arg("axis"),
-          nb::arg("reduction"), nb::arg("type_code"));
+    m.def("touch", &touch, nb::arg("table"), nb::arg("positions"), nb::arg("span"), nb::arg("write"),
+          nb::arg("ahead"));
     m.def("gather", &gather, nb::arg("data"), nb::arg("indices"), nb::arg("out"), nb::arg("axis"),
           nb::arg("precheck"));
     m.def("scatter_fast", &scatter_fast, nb::arg("data"), nb::arg("indices"), nb::arg("updates"),

@@ -234,6 +234,51 @@ def moved_bytes(case: Case, inputs: Inputs) -> int:
     return d + i + (d + u if needs_values else 0) + d + u
 
 
+@dataclass
+class Touches:
+    """The accesses of a case's pass over its random targets, for the probe of the machine.
+
+    `positions` are byte offsets into a table of `table_bytes` (data's size), in the order the
+    operation visits them; each access covers `span` bytes, and is a read-modify-write when
+    `write` is set.
+    """
+
+    table_bytes: int
+    positions: np.ndarray
+    span: int
+    write: bool
+
+
+def touches(case: Case, inputs: Inputs) -> Touches | None:
+    """The target accesses of `case`: of a scatter (written) or a gather (read), or of the one
+    pass over random targets that each backward needs at least (the gradient read at the
+    targets for "add"; written, and so read and written back, for the others and for the
+    backward of a gather). None for the latency case.
+
+    An expanded index visits one whole row per leading index; any other index one element per
+    index, at the flat position of its target in C order.
+    """
+    if not case.has_bound:
+        return None
+    data, indices, axis = inputs.data, inputs.indices, case.axis
+    item = data.dtype.itemsize
+    size = data.shape[axis]
+    if case.op == "scatter_vjp":
+        write = case.reduction != "add"
+    else:
+        write = case.op != "gather"
+    if inputs.index_rows is not None:
+        rows = inputs.index_rows.reshape(-1).astype(np.int64)
+        rows = np.where(rows < 0, rows + size, rows)
+        row_bytes = item * math.prod(data.shape[1:])
+        span = item * math.prod(indices.shape[1:])
+        return Touches(data.nbytes, rows * row_bytes, span, write)
+    coords = list(np.indices(indices.shape, sparse=True))
+    coords[axis] = np.where(indices < 0, indices + size, indices)
+    flat = np.ravel_multi_index(np.broadcast_arrays(*coords), data.shape).reshape(-1)
+    return Touches(data.nbytes, flat.astype(np.int64) * item, item, write)
+
+
 def select(cases, patterns: str | None) -> list[Case]:
     """The cases whose name matches one of the comma-separated shell patterns (all if None)."""
     import fnmatch

@@ -11,7 +11,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "parallel.h"
 #include "reducers.h"
@@ -534,91 +533,13 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
     }
 }
 
-// Reductions whose partial results combine exactly: for max and min, R(R(a, s0), s1) with s1
-// folded from the identity equals folding s0 then s1 into a, ties and NaN included (both keep
-// the earliest of equal values and the first NaN); integer add and mul wrap modulo 2^n, and bool
-// add / mul are or / and. Float add and mul round differently in another order: never split.
-template <class T, Reduction R>
-inline constexpr bool combinable_v =
-    (R == Reduction::max || R == Reduction::min) ? !is_complex_v<T>
-    : (R == Reduction::add || R == Reduction::mul) ? (std::is_integral_v<T> || std::is_same_v<T, boolean>)
-                                                   : false;
-
-// The value that R leaves unchanged: the start of a partial result.
-template <class T, Reduction R> T identity_of() {
-    constexpr bool Max = R == Reduction::max;
-    if constexpr (std::is_same_v<T, boolean>) return boolean{uint8_t(R == Reduction::min || R == Reduction::mul)};
-    else if constexpr (std::is_same_v<T, float16>) return float16{uint16_t(Max ? 0xFC00u : 0x7C00u)};
-    else if constexpr (std::is_same_v<T, bfloat16>) return bfloat16{uint16_t(Max ? 0xFF80u : 0x7F80u)};
-    else if constexpr (R == Reduction::add) return T(0);
-    else if constexpr (R == Reduction::mul) return T(1);
-    else if constexpr (std::is_floating_point_v<T>) return Max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
-    else return Max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
-}
-
-// The most partial results of one call (the output and up to three scratch copies of it).
-inline constexpr int kMaxUpdateParts = 4;
-
-// How many parts the updates of a scatter should be split into along the axis (1: no split).
-// Splitting fibers between threads is the default, but when the fibers of one row of indices
-// are shared out (a few wide rows, as in an axis-0 scatter of a 100000x32 array), every
-// thread reads every row of the index and update streams, and two threads run no faster than
-// one (standalone probe, 6.4M random max updates into 100000x32 float32, two threads: 61 ms
-// with the rows shared, 32 ms with each thread reading rows of its own). For a combinable
-// reduction each thread can instead take a contiguous range of the axis into its own partial
-// result (the first into the output, the others into scratch copies of it, filled with the
-// identity), combined in order afterwards: this kernel, two threads, 78-84 ms -> 56-62 ms
-// (four runs), at the cost of one scratch copy of the output per extra part.
-template <class T, Reduction R> int update_parts(const Geometry& g) {
-    if constexpr (!combinable_v<T, R>) {
-        return 1;
-    } else {
-        const FiberSpace fs = fiber_space(g);
-        const bool axis_outer = g.s.ndim >= 2 && g.axis < g.s.ndim - 1;
-        const int threads = ThreadPool::instance().num_threads();
-        if (!axis_outer || threads < 2 || fs.nfib == 0) return 1;
-        const int64_t inner = fs.f.ndim > 0 ? fs.f.shape[fs.f.ndim - 1] : 1;
-        const int fparts = choose_parts(fs.nfib, fs.nfib * fs.na).first;
-        if (fparts < 2 || fs.nfib / inner >= fparts) return 1;  // whole rows per thread already
-        return int(std::min<int64_t>({fparts, kMaxUpdateParts, fs.na}));
-    }
-}
-
-// out[i] = R(out[i], part[i]) for each scratch part in order, or fills the parts with the
-// identity; `n` elements, contiguous, split between threads.
-template <class T, Reduction R> void fill_parts(char* scratch, int nparts, int64_t n) {
-    const T id = identity_of<T, R>();
-    const int parts = int(std::min<int64_t>(64, std::max<int64_t>(1, n / kParallelGrain)));
-    ThreadPool::instance().run(parts, [&](int w, int nw) {
-        for (int part = w; part < parts; part += nw) {
-            auto [lo, hi] = split_range(n, part, parts);
-            for (int q = 0; q < nparts; ++q) std::fill(reinterpret_cast<T*>(scratch) + q * n + lo, reinterpret_cast<T*>(scratch) + q * n + hi, id);
-        }
-    });
-}
-template <class T, Reduction R> void combine_parts(char* out, const char* scratch, int nparts, int64_t n) {
-    const int parts = int(std::min<int64_t>(64, std::max<int64_t>(1, n / kParallelGrain)));
-    ThreadPool::instance().run(parts, [&](int w, int nw) {
-        for (int part = w; part < parts; part += nw) {
-            auto [lo, hi] = split_range(n, part, parts);
-            T* o = reinterpret_cast<T*>(out);
-            for (int q = 0; q < nparts; ++q) {
-                const T* s = reinterpret_cast<const T*>(scratch) + q * n;
-                for (int64_t i = lo; i < hi; ++i) Reducer<R>::apply(o[i], s[i]);
-            }
-        }
-    });
-}
-
 // Returns false when an out-of-bounds index was met (it was skipped; the caller reports it).
 // With `src` (array 3 of the geometry, which must cover all fibers), each block of fibers first
 // copies its fibers of src into out, so the copy of data is fused with the scatter: the rows are
 // still in cache when the updates reach them, and the copy is split like the fibers.
-// With `nparts` > 1 (see update_parts; out must then be contiguous, `span` bytes long, and
-// `scratch` must hold nparts - 1 more spans), the axis is split into that many ranges instead.
 template <class T, class I, Reduction R>
 bool scatter_kernel(const Geometry& g, char* out, const char* indices, const char* updates,
-                    const char* src = nullptr, char* scratch = nullptr, int nparts = 1, int64_t span = 0) {
+                    const char* src = nullptr) {
     char* base[4] = {out, const_cast<char*>(indices), const_cast<char*>(updates), const_cast<char*>(src ? src : out)};
     const FiberSpace fs = fiber_space(g);
     if (fs.nfib == 0 || fs.na == 0) {
@@ -649,43 +570,22 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
         });
         return !bad.load();
     }
-    // One block of fibers: axis positions [j0, j1) into the partial result `shift` bytes from out.
-    auto block = [&](char* const* p, int64_t count, const int64_t* in, int64_t j0, int64_t j1, int64_t shift,
-                     bool copy) {
+    parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
         ScatterBlock<T, I, R> sb{g.axis_size, g.axis_stride, &local_bad};
         constexpr int64_t N = sizeof(T);
-        // (By integer arithmetic: a partial result is a separate allocation.)
-        char* target = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(p[0]) + uintptr_t(shift));
-        char* q[4] = {target, p[1] + j0 * fs.astr[1], p[2] + j0 * fs.astr[2], p[3]};
         if (count == 1 || !axis_outer) {
             for (int64_t k = 0; k < count; ++k) {
-                if (copy) copy_run(q[0] + k * in[0], g.axis_stride, q[3] + k * in[3], g.src_axis_stride, g.axis_size, N);
-                sb.fiber(q[0] + k * in[0], q[1] + k * in[1], q[2] + k * in[2], j1 - j0, fs.astr[1], fs.astr[2]);
+                if (src) copy_run(p[0] + k * in[0], g.axis_stride, p[3] + k * in[3], g.src_axis_stride, g.axis_size, N);
+                sb.fiber(p[0] + k * in[0], p[1] + k * in[1], p[2] + k * in[2], fs.na, fs.astr[1], fs.astr[2]);
             }
         } else {
-            if (copy)
+            if (src)
                 for (int64_t a = 0; a < g.axis_size; ++a)
-                    copy_run(q[0] + a * g.axis_stride, in[0], q[3] + a * g.src_axis_stride, in[3], count, N);
-            scatter_rows(sb, q, count, in, j1 - j0, fs.astr);
+                    copy_run(p[0] + a * g.axis_stride, in[0], p[3] + a * g.src_axis_stride, in[3], count, N);
+            scatter_rows(sb, p, count, in, fs.na, fs.astr);
         }
         if (local_bad) bad.store(true, std::memory_order_relaxed);
-    };
-    if constexpr (combinable_v<T, R>) {
-        if (nparts > 1 && scratch) {
-            const int64_t n = span / int64_t(sizeof(T));
-            fill_parts<T, R>(scratch, nparts - 1, n);
-            parallel_blocks(fs, base, 1, nparts, [&](char* const* p, int64_t count, const int64_t* in, int xp, int xn) {
-                auto [j0, j1] = split_range(fs.na, xp, xn);
-                const int64_t shift = int64_t(reinterpret_cast<uintptr_t>(scratch) - reinterpret_cast<uintptr_t>(out));
-                block(p, count, in, j0, j1, xp == 0 ? 0 : shift + (xp - 1) * span, src && xp == 0);
-            });
-            combine_parts<T, R>(out, scratch, nparts - 1, n);
-            return !bad.load();
-        }
-    }
-    parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
-        block(p, count, in, 0, fs.na, 0, src != nullptr);
     });
     return !bad.load();
 }
