@@ -372,6 +372,7 @@ inline void fused_copy_only(const Geometry& g, const FiberSpace& fs, char* const
 
 // How far ahead the kernels prefetch random targets: rows (row-wise walk) and elements (fiber walk).
 inline constexpr int64_t kPrefetchRows = 8;
+inline constexpr int64_t kStreamRows = 32;  // rows of indices and updates read ahead (scatter_rows)
 inline constexpr int64_t kPrefetchAhead = 16;
 inline constexpr int64_t kCacheBytes = int64_t(2) << 20;
 
@@ -381,6 +382,13 @@ inline constexpr int64_t kSpanBytes = int64_t(64) << 10;
 inline constexpr int64_t kSpanAhead = 2;
 inline void prefetch_span(const char* p, int64_t bytes) {
     for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+}
+// Every cache line of [p, p + bytes).
+inline void prefetch_lines(const char* p, int64_t bytes) {
+    if (bytes <= 0) return;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes);
+    for (uintptr_t a = first; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a));
 }
 
 // One long contiguous fiber (a 1-D histogram) must run on one thread to keep its order. A second
@@ -478,10 +486,20 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
     const bool typed = contiguous && in[1] == int64_t(sizeof(I));
     // Prefetching pays only when the rows targeted do not fit in the cache anyway.
     const bool far = sb.size * sb.ostr > kCacheBytes;
+    // This block's share of a later row of indices and updates: when threads share out the
+    // fibers of wide rows, each reads a part of every row, a pattern the hardware prefetcher
+    // does not follow (standalone, 6.4M random max updates into 100000x32, two threads sharing
+    // out the columns: 61-79 ms without, 41-54 ms with, 34-45 ms with rows of their own).
+    const int64_t ibytes = in[1] == int64_t(sizeof(I)) ? count * int64_t(sizeof(I)) : 0;
+    const int64_t ubytes = in[2] == int64_t(sizeof(T)) ? count * int64_t(sizeof(T)) : 0;
     for (int64_t j = 0; j < na; ++j) {
         const char* ip = p[1] + j * astr[1];
         const I* iv = reinterpret_cast<const I*>(ip);
         const T* up = reinterpret_cast<const T*>(p[2] + j * astr[2]);
+        if (j + kStreamRows < na) {
+            prefetch_lines(ip + kStreamRows * astr[1], ibytes);
+            prefetch_lines(p[2] + (j + kStreamRows) * astr[2], ubytes);
+        }
         if (contiguous) {
             // The expanded index of message passing: one target for the whole row of fibers,
             // so the row is combined as one contiguous (vectorisable) span.
