@@ -740,9 +740,26 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
             for (int64_t j = fs.na - 1; j >= 0; --j)
                 for (int64_t k = 0; k < count; ++k) take(j, k);
         } else {
+            // Contiguous fibers (rows along a last axis): typed addressing, no stride products.
+            const bool typed = astr[1] == int64_t(sizeof(I)) && astr[2] == N && dstr == N;
             for (int64_t k = 0; k < count; ++k) {
                 if (src) copy_run(p[0] + k * in[0], dstr, p[3] + k * in[3], g.src_axis_stride, size, N);
-                for (int64_t j = fs.na - 1; j >= 0; --j) take(j, k);
+                if (!typed) {
+                    for (int64_t j = fs.na - 1; j >= 0; --j) take(j, k);
+                    continue;
+                }
+                const I* iv = reinterpret_cast<const I*>(p[1] + k * in[1]);
+                char* row = p[0] + k * in[0];
+                char* gu = p[2] + k * in[2];
+                for (int64_t j = fs.na - 1; j >= 0; --j) {
+                    if (!in_bounds(iv[j], size)) {
+                        local_bad = true;
+                        continue;
+                    }
+                    char* target = row + normalise(iv[j], size) * N;
+                    std::memcpy(gu + j * N, target, size_t(N));
+                    std::memset(target, 0, size_t(N));
+                }
             }
         }
         if (local_bad) bad.store(true, std::memory_order_relaxed);
