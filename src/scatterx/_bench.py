@@ -6,9 +6,10 @@ five samples; a sample repeats the call enough times to last `min_time` and repo
 one call; the figure is the median sample. In the same run it measures the copy bandwidth of
 the machine (a large ``np.copyto``, before and after the cases) and from it the streaming bound
 of every case: the time to move the bytes the operation must read and write (see
-``_bench_cases.moved_bytes``). It also
-shows the peak memory of a scatterx call beyond its output, and the time that ``out=data``
-saves. See docs/performance.md.
+``_bench_cases.moved_bytes``), and the random-access floor of every case: how fast the machine
+touches the case's own random targets and nothing else (`probe_floor`). It also shows the peak
+memory of a scatterx call beyond its output, and the time that ``out=data`` saves. See
+docs/performance.md.
 """
 
 from __future__ import annotations
