@@ -278,3 +278,41 @@ def test_order_visible_values_in_wide_rows(dtype, reduction):
                 np.testing.assert_array_equal(results[2].view(np.uint8), literal.view(np.uint8))
     finally:
         sx.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.int32])
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_broadcast_index_rows_split_by_destination(dtype, reduction):
+    """A stride-0 index row (the expanded index of message passing as a broadcast view) lets the
+    threads split the target rows instead of the columns: each applies whole rows, in order,
+    to its own targets. Against ufunc.at bit for bit and against one thread, for 2 and 3
+    threads, negative indices, the fused copy and the separate one (index narrower than data),
+    out=data, and a bad index."""
+    rng = np.random.default_rng(23)
+    data = (rng.standard_normal((3000, 40)) * 3).astype(dtype)
+    rows = rng.integers(-3000, 3000, 20000)
+    previous = sx.get_num_threads()
+    try:
+        for width in (40, 25):
+            updates = (rng.standard_normal((20000, width)) * 3).astype(dtype)
+            if reduction == "mul":
+                updates = (1 + rng.standard_normal((20000, width)) / 50).astype(dtype)
+            indices = np.broadcast_to(rows[:, None], updates.shape)
+            want = data.copy()
+            want[:, :width] = _expected(data[:, :width], np.where(rows < 0, rows + 3000, rows), updates, reduction)
+            results = []
+            for threads in (1, 2, 3):
+                sx.set_num_threads(threads)
+                got = sx.scatter_elements(data, indices, updates, axis=0, reduction=reduction)
+                np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+                out = data.copy()
+                sx.scatter_elements(out, indices, updates, axis=0, reduction=reduction, out=out)
+                np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
+                results.append(got)
+            bad = rows.copy()
+            bad[15000] = 3000
+            with pytest.raises(IndexError, match=r"index 3000 at indices\[15000, 0\]"):
+                sx.scatter_elements(data, np.broadcast_to(bad[:, None], updates.shape), updates, axis=0,
+                                    reduction=reduction)
+    finally:
+        sx.set_num_threads(previous)
