@@ -499,17 +499,21 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
     const bool typed = contiguous && in[1] == int64_t(sizeof(I));
     // Prefetching pays only when the rows targeted do not fit in the cache anyway.
     const bool far = sb.size * sb.ostr > kCacheBytes;
-    // This block's share of a later row of indices and updates: when threads share out the
-    // fibers of wide rows, each reads a part of every row, a pattern the hardware prefetcher
-    // does not follow (standalone, 6.4M random max updates into 100000x32, two threads sharing
-    // out the columns: 61-79 ms without, 41-54 ms with, 34-45 ms with rows of their own).
-    const int64_t ibytes = in[1] == int64_t(sizeof(I)) ? count * int64_t(sizeof(I)) : 0;
-    const int64_t ubytes = in[2] == int64_t(sizeof(T)) ? count * int64_t(sizeof(T)) : 0;
+    // This block's share of a later row of indices and updates, when it is only a part of the
+    // row: when threads share out the fibers of wide rows, each reads a part of every row, a
+    // pattern the hardware prefetcher does not follow (standalone, 6.4M random max updates into
+    // 100000x32, two threads sharing out the columns: 61-79 ms without, 41-54 ms with, 34-45 ms
+    // with rows of their own). Whole rows are one contiguous stream: nothing to do.
+    auto share = [&](int64_t inner, int64_t item, int64_t row) {
+        return inner == item && row != count * item ? count * item : int64_t(0);
+    };
+    const int64_t ibytes = share(in[1], int64_t(sizeof(I)), astr[1]);
+    const int64_t ubytes = share(in[2], int64_t(sizeof(T)), astr[2]);
     for (int64_t j = 0; j < na; ++j) {
         const char* ip = p[1] + j * astr[1];
         const I* iv = reinterpret_cast<const I*>(ip);
         const T* up = reinterpret_cast<const T*>(p[2] + j * astr[2]);
-        if (j + kStreamRows < na) {
+        if ((ibytes | ubytes) && j + kStreamRows < na) {
             prefetch_lines(ip + kStreamRows * astr[1], ibytes);
             prefetch_lines(p[2] + (j + kStreamRows) * astr[2], ubytes);
         }
