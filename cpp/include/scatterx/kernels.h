@@ -792,6 +792,15 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
             // Contiguous fibers (rows along a last axis): typed addressing, no stride products.
             const bool typed = astr[1] == int64_t(sizeof(I)) && astr[2] == N && dstr == N;
             for (int64_t k = 0; k < count; ++k) {
+                if (typed && k + 1 < count) {
+                    // The walk goes backwards through the row's indices and gradients, which
+                    // the hardware prefetcher follows poorly: ask for the next row's lines now
+                    // (standalone, 4096 rows of 1024 float32, 256 updates each, one thread:
+                    // 5.8-6.6 -> 4.6-5.1 ms).
+                    prefetch_lines(p[1] + (k + 1) * in[1], fs.na * int64_t(sizeof(I)));
+                    prefetch_lines(p[2] + (k + 1) * in[2], fs.na * N);
+                    if (src) prefetch_lines(p[3] + (k + 1) * in[3], size * N);
+                }
                 if (src) copy_run(p[0] + k * in[0], dstr, p[3] + k * in[3], g.src_axis_stride, size, N);
                 if (!typed) {
                     for (int64_t j = fs.na - 1; j >= 0; --j) take(j, k);
