@@ -176,15 +176,25 @@ int64_t run_scatter(const View& data, const View& idx, const View& upd, const Vi
 
 // The probe of `scatterx bench` (probe.h): touches `span` bytes of `table` at each byte offset
 // of `positions` (int64), reading, or reading and storing back with `write`, prefetching
-// `ahead` positions early.
-uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool write, int64_t ahead) {
+// `ahead` positions early, while reading `stream` (uint8, or None) in step.
+uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool write, int64_t ahead,
+               nb::handle stream_h) {
     View table = view(table_h, "table", write), pos = view(positions_h, "positions");
     if (table.ndim != 1 || table.itemsize != 1 || table.strides[0] != 1 || pos.ndim != 1 ||
         pos.itemsize != 8 || pos.strides[0] != 8)
         throw std::invalid_argument("scatterx._core.touch: a contiguous uint8 table and int64 positions");
+    const char* stream = nullptr;
+    int64_t stream_bytes = 0;
+    if (!stream_h.is_none()) {
+        View st = view(stream_h, "stream");
+        if (st.ndim != 1 || st.itemsize != 1 || (st.shape[0] > 1 && st.strides[0] != 1))
+            throw std::invalid_argument("scatterx._core.touch: the stream must be a contiguous uint8 array");
+        stream = st.data;
+        stream_bytes = st.shape[0];
+    }
     nb::gil_scoped_release release;
     return touch_lines(table.data, table.shape[0], reinterpret_cast<const int64_t*>(pos.data), pos.shape[0],
-                       span, write, ahead);
+                       span, write, ahead, stream, stream_bytes);
 }
 
 int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, nb::handle out_h,
@@ -520,7 +530,7 @@ NB_MODULE(_core, m) {
           nb::arg("axis"), nb::arg("reduction"), nb::arg("type_code"), nb::arg("copy"),
           nb::arg("precheck"));
     m.def("touch", &touch, nb::arg("table"), nb::arg("positions"), nb::arg("span"), nb::arg("write"),
-          nb::arg("ahead"));
+          nb::arg("ahead"), nb::arg("stream").none() = nb::none());
     m.def("gather", &gather, nb::arg("data"), nb::arg("indices"), nb::arg("out"), nb::arg("axis"),
           nb::arg("precheck"));
     m.def("scatter_fast", &scatter_fast, nb::arg("data"), nb::arg("indices"), nb::arg("updates"),

@@ -161,6 +161,13 @@ def test_touches_are_the_targets_in_visiting_order():
     np.testing.assert_array_equal(t.positions, x.indices[:, 0] * x.data.shape[1] * 4)
     assert t.span == x.data.shape[1] * 4
     assert touches(*case("vjp_add")).write is False and touches(*case("vjp_max")).write is True
+    # Beside the targets, a scatter reads its updates, a backward its incoming gradient.
+    c, x = case("max0")
+    assert touches(c, x).stream_bytes == x.updates.nbytes
+    c, x = case("vjp_none")
+    assert touches(c, x).stream_bytes == x.grad.nbytes
+    c, x = case("gather_mid")
+    assert touches(c, x).stream_bytes == 0
     assert touches(*case("tiny_3x3")) is None
 
 
@@ -179,15 +186,26 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
     clamped[0] = table.size - span  # -5 as unsigned is huge: the last valid position
     lines = np.minimum(64 * np.arange((span + 63) // 64), span - 1)
     want = int(table[(clamped[:, None] + lines[None, :]).reshape(-1)].astype(np.int64).sum())
+    # The stream is read one byte per line, in step: ones count its lines (a line where two
+    # threads' shares meet may be read by both).
+    stream = np.ones(1_000_003, np.uint8)
+    stream_lines = -(-stream.size // 64)
     previous = sx.get_num_threads()
     sx.set_num_threads(threads)
     try:
         for ahead in (0, 8, 1000):
             assert _core.touch(table, positions, span, False, ahead) == want
             assert _core.touch(table, positions, span, True, ahead) == want
+            for write in (False, True):
+                extra = _core.touch(table, positions, span, write, ahead, stream) - want
+                assert stream_lines <= extra <= stream_lines + threads - 1
+            assert _core.touch(table, positions, span, True, ahead, np.zeros(10, np.uint8)) == want
     finally:
         sx.set_num_threads(previous)
     np.testing.assert_array_equal(table, before)
+    assert (stream == 1).all()
+    with pytest.raises(ValueError, match="stream"):
+        _core.touch(table, positions, span, False, 8, np.ones((2, 8), np.uint8))
 
 
 def test_the_streaming_target_counts_only_reachable_cases():

@@ -240,13 +240,16 @@ class Touches:
 
     `positions` are byte offsets into a table of `table_bytes` (data's size), in the order the
     operation visits them; each access covers `span` bytes, and is a read-modify-write when
-    `write` is set.
+    `write` is set. `stream_bytes` is what the operation reads in sequence beside them: the
+    updates of a scatter or the incoming gradient of a backward (the positions, read in
+    sequence too, stand for the indices).
     """
 
     table_bytes: int
     positions: np.ndarray
     span: int
     write: bool
+    stream_bytes: int = 0
 
 
 def touches(case: Case, inputs: Inputs) -> Touches | None:
@@ -267,16 +270,19 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
         write = case.reduction != "add"
     else:
         write = case.op != "gather"
+    stream = 0
+    for values in (inputs.updates if case.op == "scatter" else None, inputs.grad):
+        stream += values.nbytes if values is not None else 0
     if inputs.index_rows is not None:
         rows = inputs.index_rows.reshape(-1).astype(np.int64)
         rows = np.where(rows < 0, rows + size, rows)
         row_bytes = item * math.prod(data.shape[1:])
         span = item * math.prod(indices.shape[1:])
-        return Touches(data.nbytes, rows * row_bytes, span, write)
+        return Touches(data.nbytes, rows * row_bytes, span, write, stream)
     coords = list(np.indices(indices.shape, sparse=True))
     coords[axis] = np.where(indices < 0, indices + size, indices)
     flat = np.ravel_multi_index(np.broadcast_arrays(*coords), data.shape).reshape(-1)
-    return Touches(data.nbytes, flat.astype(np.int64) * item, item, write)
+    return Touches(data.nbytes, flat.astype(np.int64) * item, item, write, stream)
 
 
 def select(cases, patterns: str | None) -> list[Case]:

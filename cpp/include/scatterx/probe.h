@@ -1,5 +1,6 @@
 // A measurement of the machine, not an operator: how fast it can touch the cache lines of a
-// pattern of random accesses, with nothing else to do. `scatterx bench` runs it on the targets
+// pattern of random accesses, while reading the values that come with them in sequence, with
+// nothing else to do. `scatterx bench` runs it on the targets
 // of each case (the same positions, in the same order, on the same number of threads) to tell
 // whether the streaming bound is reachable at all: it counts every byte once, but a random
 // access moves a whole cache line, and a line of a table larger than the cache is fetched
@@ -17,59 +18,83 @@ namespace scatterx {
 
 // The fewest positions for which a second thread is used.
 inline constexpr int64_t kTouchGrain = int64_t(1) << 15;
+// The stream is read in the shares of blocks of this many positions (a power of two).
+inline constexpr int64_t kStreamBlock = 16;
+
+// The end of the stream's share of positions [0, k) (of n positions, stream_bytes long).
+inline int64_t stream_share_end(int64_t k, int64_t n, int64_t stream_bytes) {
+    return int64_t((__int128)k * stream_bytes / n);
+}
+
+// One thread's walk over positions [lo, hi) (see touch_lines). It works on copies of what it
+// uses: through a pointer to char, the stores into the table could otherwise alias captured
+// variables, which the compiler would then reload after each of them (measured: the walk of
+// 1e7 single bytes in 800 KB took half as long again).
+struct TouchRange {
+    char* table;
+    uint64_t last;  // the last valid position
+    const int64_t* positions;
+    int64_t n, lines, ahead;
+    const char* stream;
+    int64_t stream_bytes;
+    int64_t last_byte;  // the offset of the last byte of an access (span - 1)
+
+    template <bool Write, bool OneLine> uint64_t run(int64_t lo, int64_t hi) const {
+        char* const tab = table;
+        const int64_t* const pos = positions;
+        const uint64_t lst = last;
+        const int64_t ahd = ahead, nl = OneLine ? 1 : lines, end = last_byte;
+        uint64_t sum = 0;
+        int64_t s = stream_share_end(lo, n, stream_bytes) & ~int64_t(63);
+        for (int64_t k = lo; k < hi; ++k) {
+            if ((k & (kStreamBlock - 1)) == 0 || k == lo) {
+                // The stream's share of the block of positions that starts here, one byte per line.
+                const int64_t to = stream_share_end(std::min(hi, (k | (kStreamBlock - 1)) + 1), n, stream_bytes);
+                for (; s < to; s += 64) sum += uint8_t(*static_cast<const volatile char*>(stream + s));
+            }
+            if (k + ahd < hi) {
+                const char* q = tab + std::min(uint64_t(pos[k + ahd]), lst);
+                for (int64_t l = 0; l < nl; ++l) __builtin_prefetch(q + 64 * l, Write);
+            }
+            char* p = tab + std::min(uint64_t(pos[k]), lst);
+            for (int64_t l = 0; l < nl; ++l) {
+                volatile char* b = p + std::min<int64_t>(64 * l, end);
+                const char v = *b;
+                sum += uint8_t(v);
+                if constexpr (Write) *b = v;
+            }
+        }
+        return sum;
+    }
+};
 
 // Touches `span` bytes at each byte offset positions[k] of `table` (`nbytes` long), in order:
 // one byte per 64-byte line is read, and with `write` stored back unchanged (the line then has
-// to be written back, as a scatter's would). Threads take contiguous ranges of positions, as
-// the kernels' best split does; a position is clamped into the table (never out of bounds).
-// Returns a value computed from the bytes read, so that the reads cannot be dropped.
+// to be written back, as a scatter's would). Alongside, the `stream` (`stream_bytes` long, or
+// null: the values the operation reads in sequence, its updates say) is read one byte per
+// line, in step with the positions: the share of each block of kStreamBlock positions before
+// they are touched. Threads take contiguous ranges of positions and their shares of the
+// stream, as the kernels' best split does; a position is clamped into the table (never out of
+// bounds). Returns a value computed from the bytes read, so that the reads cannot be dropped.
 // Accesses are prefetched `ahead` positions before they are made (the best distance depends on
 // the pattern and the machine: the caller tries several).
 inline uint64_t touch_lines(char* table, int64_t nbytes, const int64_t* positions, int64_t n, int64_t span,
-                            bool write, int64_t ahead) {
+                            bool write, int64_t ahead, const char* stream = nullptr, int64_t stream_bytes = 0) {
     if (n == 0 || nbytes < span || span <= 0) return 0;
-    const uint64_t last = uint64_t(nbytes - span);
-    const int64_t lines = (span + 63) / 64;
-    ahead = std::max<int64_t>(1, ahead);
+    if (!stream) stream_bytes = 0;
     // One contiguous range per thread (measured: 64 smaller ranges dealt out in turn took 50 ms
-    // where two halves took 43).
+    // where two halves took 43; two threads each touching the positions of its own half of the
+    // table, or one touching all while the other read ahead, were never faster than ranges).
     const int parts = int(std::min<int64_t>(ThreadPool::instance().num_threads(), std::max<int64_t>(1, n / kTouchGrain)));
+    const TouchRange walk{table,  uint64_t(nbytes - span), positions, n, (span + 63) / 64, std::max<int64_t>(1, ahead),
+                          stream, stream_bytes,             span - 1};
     std::atomic<uint64_t> total{0};
-    // One element per access (one line) and whole rows are separate loops.
-    auto one_line = [&](int64_t lo, int64_t hi, auto is_write) {
-        uint64_t sum = 0;
-        for (int64_t k = lo; k < hi; ++k) {
-            if (k + ahead < hi) __builtin_prefetch(table + std::min(uint64_t(positions[k + ahead]), last), is_write.value);
-            volatile char* b = table + std::min(uint64_t(positions[k]), last);
-            const char v = *b;
-            sum += uint8_t(v);
-            if constexpr (is_write.value) *b = v;
-        }
-        return sum;
-    };
-    auto rows = [&](int64_t lo, int64_t hi, auto is_write) {
-        uint64_t sum = 0;
-        for (int64_t k = lo; k < hi; ++k) {
-            if (k + ahead < hi) {
-                const char* q = table + std::min(uint64_t(positions[k + ahead]), last);
-                for (int64_t l = 0; l < lines; ++l) __builtin_prefetch(q + 64 * l, is_write.value);
-            }
-            char* p = table + std::min(uint64_t(positions[k]), last);
-            for (int64_t l = 0; l < lines; ++l) {
-                volatile char* b = p + std::min<int64_t>(64 * l, span - 1);
-                const char v = *b;
-                sum += uint8_t(v);
-                if constexpr (is_write.value) *b = v;
-            }
-        }
-        return sum;
-    };
     ThreadPool::instance().run(parts, [&](int w, int nw) {
         uint64_t sum = 0;
         for (int part = w; part < parts; part += nw) {
             auto [lo, hi] = split_range(n, part, parts);
-            if (lines == 1) sum += write ? one_line(lo, hi, std::true_type{}) : one_line(lo, hi, std::false_type{});
-            else sum += write ? rows(lo, hi, std::true_type{}) : rows(lo, hi, std::false_type{});
+            if (walk.lines == 1) sum += write ? walk.run<true, true>(lo, hi) : walk.run<false, true>(lo, hi);
+            else sum += write ? walk.run<true, false>(lo, hi) : walk.run<false, false>(lo, hi);
         }
         total.fetch_add(sum, std::memory_order_relaxed);
     });
