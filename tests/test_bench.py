@@ -161,13 +161,16 @@ def test_touches_are_the_targets_in_visiting_order():
     np.testing.assert_array_equal(t.positions, x.indices[:, 0] * x.data.shape[1] * 4)
     assert t.span == x.data.shape[1] * 4
     assert touches(*case("vjp_add")).write is False and touches(*case("vjp_max")).write is True
-    # Beside the targets, a scatter reads its updates, a backward its incoming gradient.
+    # Beside the targets, one value per index moves in sequence: the updates of a scatter, the
+    # elements a gather writes, the update gradients of a backward.
     c, x = case("max0")
     assert touches(c, x).stream_bytes == x.updates.nbytes
-    c, x = case("vjp_none")
-    assert touches(c, x).stream_bytes == x.grad.nbytes
+    c, x = case("mp_add")
+    assert touches(c, x).stream_bytes == x.updates.nbytes
     c, x = case("gather_mid")
-    assert touches(c, x).stream_bytes == 0
+    assert touches(c, x).stream_bytes == x.indices.size * x.data.itemsize
+    c, x = case("vjp_none")
+    assert touches(c, x).stream_bytes == x.updates.nbytes
     assert touches(*case("tiny_3x3")) is None
 
 

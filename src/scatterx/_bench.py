@@ -7,8 +7,8 @@ one call; the figure is the median sample. In the same run it measures the copy 
 the machine (a large ``np.copyto``, before and after the cases) and from it the streaming bound
 of every case: the time to move the bytes the operation must read and write (see
 ``_bench_cases.moved_bytes``), and the random-access floor of every case: how fast the machine
-touches the case's own random targets, reading its updates beside them, and nothing else
-(`probe_floor`). It also shows the peak
+touches the case's own random targets, reading the values that move with them, and nothing
+else (`probe_floor`). It also shows the peak
 memory of a scatterx call beyond its output, and the time that ``out=data`` saves. See
 docs/performance.md.
 """
@@ -216,9 +216,10 @@ def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
     """The least median time (ms) the machine takes to do the case's memory accesses alone.
 
     The same target positions in the same order, one byte per cache line, read or read and
-    stored back, without index checks or arithmetic (``_core.touch``), while the values the
-    case reads in sequence (its updates or incoming gradient, `Touches.stream_bytes`; the
-    positions stand for the indices) are read in step, one byte per line. On one thread and on
+    stored back, without index checks or arithmetic (``_core.touch``), while the values that
+    move in sequence with them (one per index: updates read, gathered elements written, ...,
+    `Touches.stream_bytes`; the positions stand for the indices) are read in step, one byte per
+    line (reading costs less than writing, so the floor stays below what a kernel pays). On one thread and on
     scatterx's threads (contiguous ranges), prefetched at each of `_PROBE_AHEAD`: the fastest
     of these. The streaming bound counts every byte once; a random access moves a whole line,
     fetched again (and, when written, stored again) each time if the table exceeds the cache.
@@ -235,7 +236,7 @@ def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
         return None
     table = np.zeros(t.table_bytes, np.uint8)
     # Ones: pages of their own (the pages of np.zeros may all map the one zero page).
-    stream = np.ones(t.stream_bytes, np.uint8) if t.stream_bytes else None
+    stream = np.ones(t.stream_bytes, np.uint8)
 
     def probe(threads, ahead):
         def run():

@@ -240,9 +240,10 @@ class Touches:
 
     `positions` are byte offsets into a table of `table_bytes` (data's size), in the order the
     operation visits them; each access covers `span` bytes, and is a read-modify-write when
-    `write` is set. `stream_bytes` is what the operation reads in sequence beside them: the
-    updates of a scatter or the incoming gradient of a backward (the positions, read in
-    sequence too, stand for the indices).
+    `write` is set. `stream_bytes` are the values that move in sequence beside them, one per
+    index: the updates a scatter reads, the elements a gather writes, the update gradients the
+    backward of a scatter writes, the incoming gradient the backward of a gather reads (the
+    positions, read in sequence too, stand for the indices).
     """
 
     table_bytes: int
@@ -270,9 +271,7 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
         write = case.reduction != "add"
     else:
         write = case.op != "gather"
-    stream = 0
-    for values in (inputs.updates if case.op == "scatter" else None, inputs.grad):
-        stream += values.nbytes if values is not None else 0
+    stream = indices.size * item
     if inputs.index_rows is not None:
         rows = inputs.index_rows.reshape(-1).astype(np.int64)
         rows = np.where(rows < 0, rows + size, rows)

@@ -1,5 +1,5 @@
 // A measurement of the machine, not an operator: how fast it can touch the cache lines of a
-// pattern of random accesses, while reading the values that come with them in sequence, with
+// pattern of random accesses, while reading the values that move with them in sequence, with
 // nothing else to do. `scatterx bench` runs it on the targets
 // of each case (the same positions, in the same order, on the same number of threads) to tell
 // whether the streaming bound is reachable at all: it counts every byte once, but a random
@@ -71,7 +71,7 @@ struct TouchRange {
 // Touches `span` bytes at each byte offset positions[k] of `table` (`nbytes` long), in order:
 // one byte per 64-byte line is read, and with `write` stored back unchanged (the line then has
 // to be written back, as a scatter's would). Alongside, the `stream` (`stream_bytes` long, or
-// null: the values the operation reads in sequence, its updates say) is read one byte per
+// null: the values that move in sequence with the targets, one per index) is read one byte per
 // line, in step with the positions: the share of each block of kStreamBlock positions before
 // they are touched. Threads take contiguous ranges of positions and their shares of the
 // stream, as the kernels' best split does; a position is clamped into the table (never out of
