@@ -132,7 +132,8 @@ def test_empty_axis_with_indices_raises(axis):
 def test_middle_axis_and_fused_copy_paths(threads, layout):
     """Large enough to run in parallel: a middle-axis gather (split by blocks of fibers) and
     scatters whose copy of data is fused fiber by fiber (index covering every fiber) or not
-    (index smaller than data), against NumPy, for every thread count."""
+    (index smaller than data), or that have no copy (out=data: each block's target rows are
+    read in first), against NumPy, for every thread count."""
     rng = np.random.default_rng(3)
     data = rng.standard_normal((12, 90, 70))
     if layout == "F":
@@ -153,6 +154,9 @@ def test_middle_axis_and_fused_copy_paths(threads, layout):
             out = np.full(data.shape, np.nan)
             sx.scatter_elements(data, indices, updates, axis=1, reduction="add", out=out)
             np.testing.assert_array_equal(out, want)
+            inplace = data.copy(order="K")
+            assert sx.scatter_elements(inplace, indices, updates, axis=1, reduction="add", out=inplace) is inplace
+            np.testing.assert_array_equal(inplace, want)
             got = sx.gather_elements(data, indices, axis=1)
             np.testing.assert_array_equal(got, data[tuple(index)])
     finally:

@@ -384,6 +384,26 @@ inline constexpr int64_t kSpanAhead = 2;
 inline void prefetch_span(const char* p, int64_t bytes) {
     for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
 }
+// Without a fused copy (out=data), the target rows of a block of fibers are not in the cache
+// when random updates reach them, one line at a time from memory. A region that fits in the
+// cache and gets more updates than it has lines is read in first, in order (a middle-axis mul,
+// 64 slabs of 512 x 128 float32 with 256 x 128 updates each, out=data: 8.5-8.8 -> 6.0-6.5 ms;
+// with a fresh output the fused copy does it: 5.7-7.3 ms). For one fiber of 4 KB (1024 float32,
+// 256 updates) reading it in first gained nothing clear: its 64 misses overlap anyway.
+inline constexpr int64_t kWarmBytes = int64_t(256) << 10;
+inline bool warm_worthwhile(int64_t region_bytes, int64_t updates) {
+    return region_bytes <= kWarmBytes && updates >= region_bytes / 64;
+}
+// Reads one byte of every cache line of [p, p + bytes) (none outside it).
+inline void warm_lines(const char* p, int64_t bytes) {
+    if (bytes <= 0) return;
+    uint64_t sink = *reinterpret_cast<const volatile uint8_t*>(p);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes);
+    for (uintptr_t a = (reinterpret_cast<uintptr_t>(p) | 63) + 1; a < end; a += 64)
+        sink += *reinterpret_cast<const volatile uint8_t*>(a);
+    asm volatile("" : : "r"(sink));
+}
+
 // Every cache line of [p, p + bytes).
 inline void prefetch_lines(const char* p, int64_t bytes) {
     if (bytes <= 0) return;
@@ -647,9 +667,14 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
                 sb.fiber(p[0] + k * in[0], p[1] + k * in[1], p[2] + k * in[2], fs.na, fs.astr[1], fs.astr[2]);
             }
         } else {
-            if (src)
+            if (src) {
                 for (int64_t a = 0; a < g.axis_size; ++a)
                     copy_run(p[0] + a * g.axis_stride, in[0], p[3] + a * g.src_axis_stride, in[3], count, N);
+            } else if (in[0] == N && warm_worthwhile(g.axis_size * count * N, fs.na * count)) {
+                // No copy brings the block's target rows in (out=data): read them in, in order,
+                // before the updates reach them at random.
+                for (int64_t a = 0; a < g.axis_size; ++a) warm_lines(p[0] + a * g.axis_stride, count * N);
+            }
             scatter_rows(sb, p, count, in, fs.na, fs.astr);
         }
         if (local_bad) bad.store(true, std::memory_order_relaxed);
