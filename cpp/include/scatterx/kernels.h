@@ -909,18 +909,33 @@ bool mul_backward(const Geometry& g, char* P, char* S, const char* indices, cons
                     f(off0 + k * N + v * dstr, uv[k], gv[k]);
                 });
             };
+            // The block's rows of P, then of S, are read in first where they fit the cache (as
+            // for a scatter with out=data), and the backward walk asks for the row before the
+            // one it works on (the native pass of vjp_mul, 64 slabs of 512 x 128 float32 with
+            // 256 x 128 updates each, two threads: 27.7 -> 15.2-18.5 ms).
+            const bool warm = warm_worthwhile(size * count * N, fs.na * count);
+            if (warm)
+                for (int64_t a = 0; a < size; ++a) warm_lines(p[0] + a * dstr, count * N);
             for (int64_t j = 0; j < fs.na; ++j)
                 row(j, [&](int64_t t, const T& uk, T& gk) {
                     T& pt = *reinterpret_cast<T*>(P + t);
                     gk = pt;
                     pt = Arith<T>::mul(pt, uk);
                 });
-            for (int64_t j = fs.na - 1; j >= 0; --j)
+            if (warm)
+                for (int64_t a = 0; a < size; ++a) warm_lines(S + off0 + a * dstr, count * N);
+            for (int64_t j = fs.na - 1; j >= 0; --j) {
+                if (j > 0) {
+                    prefetch_lines(p[1] + (j - 1) * astr[1], count * int64_t(sizeof(I)));
+                    prefetch_lines(u + (p[2] - u) + (j - 1) * astr[2], count * N);
+                    prefetch_lines(gu + (p[2] - u) + (j - 1) * astr[2], count * N);
+                }
                 row(j, [&](int64_t t, const T& uk, T& gk) {
                     T& st = *reinterpret_cast<T*>(S + t);
                     gk = conj_of(Arith<T>::mul(gk, st));
                     st = Arith<T>::mul(st, uk);
                 });
+            }
             if (local_bad) bad.store(true, std::memory_order_relaxed);
             return;
         }
