@@ -8,9 +8,8 @@ the machine (a large ``np.copyto``, before and after the cases) and from it the 
 of every case: the time to move the bytes the operation must read and write (see
 ``_bench_cases.moved_bytes``), and the random-access floor of every case: how fast the machine
 touches the case's own random targets, reading the values that move with them, and nothing
-else (`probe_floor`). It also shows the peak
-memory of a scatterx call beyond its output, and the time that ``out=data`` saves. See
-docs/performance.md.
+else (`probe_floor`). It also shows the peak memory of a scatterx call beyond its output, and
+the time that ``out=data`` saves. See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -71,7 +70,7 @@ class CaseResult:
     moved_bytes: int
     bound_ms: float | None
     impls: dict[str, ImplResult]
-    floor_ms: float | None = None  # the probe: the case's random accesses alone (see `probe_floor`)
+    floor_ms: float | None = None  # the probe: the case's memory accesses alone (see `probe_floor`)
 
     def peer_best(self) -> tuple[str, float] | None:
         peers = [(n, r.ms) for n, r in self.impls.items() if n != "scatterx" and r.status == "ok"]
@@ -98,8 +97,9 @@ class CaseResult:
     @property
     def bound_reachable(self) -> bool:
         """Whether the streaming bound may be met within 1.5x: not when touching the case's
-        random targets alone, in its order, already takes longer than that -- provided scatterx
-        is not itself faster than that probe (then the probe shows nothing about the case)."""
+        random targets (with the values that move with them) in its order already takes longer
+        than that -- provided scatterx is not itself faster than that probe (then the probe
+        shows nothing about the case)."""
         if self.floor_ms is None or self.bound_ms is None or not self.ours:
             return True
         return self.floor_ms <= 1.5 * self.bound_ms or self.ours < self.floor_ms
@@ -219,9 +219,9 @@ def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
     stored back, without index checks or arithmetic (``_core.touch``), while the values that
     move in sequence with them (one per index: updates read, gathered elements written, ...,
     `Touches.stream_bytes`; the positions stand for the indices) are read in step, one byte per
-    line (reading costs less than writing, so the floor stays below what a kernel pays). On one thread and on
-    scatterx's threads (contiguous ranges), prefetched at each of `_PROBE_AHEAD`: the fastest
-    of these. The streaming bound counts every byte once; a random access moves a whole line,
+    line (reading costs less than writing, so the floor stays below what a kernel pays). On
+    one thread and on scatterx's threads (contiguous ranges), prefetched at each of
+    `_PROBE_AHEAD`: the fastest of these. The streaming bound counts every byte once; a random access moves a whole line,
     fetched again (and, when written, stored again) each time if the table exceeds the cache.
     This is a measurement, not a proof: an algorithm that brings a dense region in whole, or
     that first reorders the updates (a partitioning pass), can beat it -- which is why a case

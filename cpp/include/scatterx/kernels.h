@@ -381,9 +381,6 @@ inline constexpr int64_t kCacheBytes = int64_t(2) << 20;
 // fiber before it is worked on (its elements are then read in random order, but from cache).
 inline constexpr int64_t kSpanBytes = int64_t(64) << 10;
 inline constexpr int64_t kSpanAhead = 2;
-inline void prefetch_span(const char* p, int64_t bytes) {
-    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
-}
 // Without a fused copy (out=data), the target rows of a block of fibers are not in the cache
 // when random updates reach them, one line at a time from memory. A region that fits in the
 // cache and gets more updates than it has lines is read in first, in order (a middle-axis mul,
@@ -402,6 +399,13 @@ inline void warm_lines(const char* p, int64_t bytes) {
     for (uintptr_t a = (reinterpret_cast<uintptr_t>(p) | 63) + 1; a < end; a += 64)
         sink += *reinterpret_cast<const volatile uint8_t*>(a);
     asm volatile("" : : "r"(sink));
+}
+// The `rows` rows of `row_bytes` at `stride` from p, read in when worth it for `updates`
+// random updates (see above); returns whether it did.
+inline bool warm_rows(const char* p, int64_t rows, int64_t stride, int64_t row_bytes, int64_t updates) {
+    if (!warm_worthwhile(rows * row_bytes, updates)) return false;
+    for (int64_t a = 0; a < rows; ++a) warm_lines(p + a * stride, row_bytes);
+    return true;
 }
 
 // Every cache line of [p, p + bytes).
@@ -670,10 +674,10 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
             if (src) {
                 for (int64_t a = 0; a < g.axis_size; ++a)
                     copy_run(p[0] + a * g.axis_stride, in[0], p[3] + a * g.src_axis_stride, in[3], count, N);
-            } else if (in[0] == N && warm_worthwhile(g.axis_size * count * N, fs.na * count)) {
+            } else if (in[0] == N) {
                 // No copy brings the block's target rows in (out=data): read them in, in order,
                 // before the updates reach them at random.
-                for (int64_t a = 0; a < g.axis_size; ++a) warm_lines(p[0] + a * g.axis_stride, count * N);
+                warm_rows(p[0], g.axis_size, g.axis_stride, count * N, fs.na * count);
             }
             scatter_rows(sb, p, count, in, fs.na, fs.astr);
         }
@@ -729,7 +733,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                             std::memcpy(op + (b0 + j) * N, dp + v * dstr, size_t(N));
                         });
                     }
-                    if (next) prefetch_span(next + 64 * line, 64 * (lines - line));
+                    if (next) prefetch_lines(next + 64 * line, 64 * (lines - line));
                 }
             } else {
                 for (int64_t k = 0; k < count; ++k)
@@ -913,21 +917,18 @@ bool mul_backward(const Geometry& g, char* P, char* S, const char* indices, cons
             // for a scatter with out=data), and the backward walk asks for the row before the
             // one it works on (the native pass of vjp_mul, 64 slabs of 512 x 128 float32 with
             // 256 x 128 updates each, two threads: 27.7 -> 15.2-18.5 ms).
-            const bool warm = warm_worthwhile(size * count * N, fs.na * count);
-            if (warm)
-                for (int64_t a = 0; a < size; ++a) warm_lines(p[0] + a * dstr, count * N);
+            const bool warm = warm_rows(p[0], size, dstr, count * N, fs.na * count);
             for (int64_t j = 0; j < fs.na; ++j)
                 row(j, [&](int64_t t, const T& uk, T& gk) {
                     T& pt = *reinterpret_cast<T*>(P + t);
                     gk = pt;
                     pt = Arith<T>::mul(pt, uk);
                 });
-            if (warm)
-                for (int64_t a = 0; a < size; ++a) warm_lines(S + off0 + a * dstr, count * N);
+            if (warm) warm_rows(S + off0, size, dstr, count * N, fs.na * count);
             for (int64_t j = fs.na - 1; j >= 0; --j) {
                 if (j > 0) {
                     prefetch_lines(p[1] + (j - 1) * astr[1], count * int64_t(sizeof(I)));
-                    prefetch_lines(u + (p[2] - u) + (j - 1) * astr[2], count * N);
+                    prefetch_lines(p[2] + (j - 1) * astr[2], count * N);
                     prefetch_lines(gu + (p[2] - u) + (j - 1) * astr[2], count * N);
                 }
                 row(j, [&](int64_t t, const T& uk, T& gk) {

@@ -1,10 +1,10 @@
 // A measurement of the machine, not an operator: how fast it can touch the cache lines of a
 // pattern of random accesses, while reading the values that move with them in sequence, with
-// nothing else to do. `scatterx bench` runs it on the targets
-// of each case (the same positions, in the same order, on the same number of threads) to tell
-// whether the streaming bound is reachable at all: it counts every byte once, but a random
-// access moves a whole cache line, and a line of a table larger than the cache is fetched
-// again (and, written, stored again) each time it is touched.
+// nothing else to do. `scatterx bench` runs it on the targets of each case (the same
+// positions, in the same order, on the same number of threads) to tell whether the streaming
+// bound is reachable at all: it counts every byte once, but a random access moves a whole
+// cache line, and a line of a table larger than the cache is fetched again (and, written,
+// stored again) each time it is touched.
 #pragma once
 
 #include <algorithm>
