@@ -102,6 +102,30 @@ def test_out_of_bounds_inside_a_plain_looking_row_is_caught():
         sx.gather_elements(data, indices)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.float64, np.complex128])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_last_axis_gather_in_groups_of_four(dtype, index_dtype):
+    """The last-axis gather checks four indices with one branch: every fiber length 1..9 (whole
+    groups and a tail), negative indices in any slot, and an out-of-bounds index in each slot
+    of a group, which is named and leaves `out` as it was."""
+    rng = np.random.default_rng(11)
+    data = (rng.standard_normal((4, 13)) * 50).astype(dtype)
+    for n in range(1, 10):
+        indices = rng.integers(-13, 13, (4, n)).astype(index_dtype)
+        np.testing.assert_array_equal(
+            sx.gather_elements(data, indices, axis=1), np.take_along_axis(data, indices % 13, 1)
+        )
+        for slot in range(n):
+            bad = indices.copy()
+            bad[2, slot] = -14 if slot % 2 else 13
+            out = np.full((4, n), 7, dtype)
+            with pytest.raises(IndexError, match=rf"index {bad[2, slot]} at indices\[2, {slot}\]"):
+                sx.gather_elements(data, bad, axis=1, out=out)
+            np.testing.assert_array_equal(out, 7)
+            with pytest.raises(IndexError, match=rf"index {bad[2, slot]} at indices\[2, {slot}\]"):
+                sx.gather_elements(data, bad, axis=1)
+
+
 def test_precheck_of_a_broadcast_index_names_the_first_position():
     """With out= every index is checked first; a stride-0 index is read once per distinct value,
     and the error still names the first bad position in row-major order."""
