@@ -274,34 +274,34 @@ bool same_layout(const View& a, const View& b) {
     return true;
 }
 
-// The backward of "mul" (see mul_backward): P holds ones on entry and the product of each
-// target's updates on exit; S holds conj(G) * D on entry (scratch); grad_updates receives
-// G[t] * conj(D[t] * product of the other updates). P and S share one layout, as do updates and
-// grad_updates. The compute type is float32, float64, complex64 or complex128. Returns -1 or
-// the first bad flat position.
-int64_t mul_backward_py(nb::handle p_h, nb::handle s_h, nb::handle indices_h,
-                        nb::handle updates_h, nb::handle grad_updates_h, int axis, int type_code) {
-    View P = view(p_h, "P", true), S = view(s_h, "S", true);
+// The backward of "mul" (see mul_backward): from G (the output gradient) and D (data), in the
+// compute type, writes grad_data (dD) at every fiber the indices reach and grad_updates; S is
+// scratch. dD, S, G and D share one layout, as do updates and grad_updates. The compute type is
+// float32, float64, complex64 or complex128. Returns -1 or the first bad flat position.
+int64_t mul_backward_py(nb::handle g_h, nb::handle d_h, nb::handle indices_h, nb::handle updates_h,
+                        nb::handle grad_data_h, nb::handle s_h, nb::handle grad_updates_h, int axis, int type_code) {
+    View G = view(g_h, "G"), D = view(d_h, "D");
+    View dD = view(grad_data_h, "grad_data", true), S = view(s_h, "S", true);
     View idx = view(indices_h, "indices"), u = view(updates_h, "updates");
     View gu = view(grad_updates_h, "grad_updates", true);
-    check_geometry(P, idx, axis);
-    if (!same_layout(P, S) || !same_shape(idx, u) || !same_layout(u, gu) ||
-        u.itemsize != P.itemsize || type_itemsize(type_code) != P.itemsize)
+    check_geometry(dD, idx, axis);
+    if (!same_layout(dD, S) || !same_layout(dD, G) || !same_layout(dD, D) || !same_shape(idx, u) ||
+        !same_layout(u, gu) || u.itemsize != dD.itemsize || type_itemsize(type_code) != dD.itemsize)
         throw std::invalid_argument("scatterx._core: shape, layout or element size mismatch");
     int64_t bad = -1;
     dispatch_index(int(idx.itemsize), [&](auto it) {
         using I = typename decltype(it)::type;
-        MaybeRelease release(worth_releasing(P, idx));
-        Geometry g = make_geometry(idx.shape, idx.ndim, axis, P.strides, idx.strides, u.strides, P.shape[axis]);
+        MaybeRelease release(worth_releasing(dD, idx));
+        Geometry g = make_geometry(idx.shape, idx.ndim, axis, dD.strides, idx.strides, u.strides, dD.shape[axis]);
         bool ok = true;
         dispatch_type(type_code, element_types{}, [&](auto tt) {
             using T = typename decltype(tt)::type;
             if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || is_complex_v<T>)
-                ok = mul_backward<T, I>(g, P.data, S.data, idx.data, u.data, gu.data);
+                ok = mul_backward<T, I>(g, dD.data, S.data, G.data, D.data, idx.data, u.data, gu.data);
             else
                 throw std::invalid_argument("scatterx._core: mul_backward needs a float or complex compute type");
         });
-        if (!ok) bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, P.shape[axis]);
+        if (!ok) bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, dD.shape[axis]);
     });
     return bad;
 }
@@ -539,8 +539,8 @@ NB_MODULE(_core, m) {
     m.def("set_bfloat16_type", [](int num) { bfloat16_type_num = num; }, nb::arg("type_num"));
     m.def("take_last_writer", &take_last_writer_py, nb::arg("grad_output"), nb::arg("indices"),
           nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"));
-    m.def("mul_backward", &mul_backward_py, nb::arg("P"), nb::arg("S"), nb::arg("indices"),
-          nb::arg("updates"), nb::arg("grad_updates"), nb::arg("axis"), nb::arg("type_code"));
+    m.def("mul_backward", &mul_backward_py, nb::arg("G"), nb::arg("D"), nb::arg("indices"), nb::arg("updates"),
+          nb::arg("grad_data"), nb::arg("S"), nb::arg("grad_updates"), nb::arg("axis"), nb::arg("type_code"));
     m.def("empty", &empty_output, nb::arg("shape"), nb::arg("dtype"));
     m.def("set_output_cache_limit", &output_cache::set_limit, nb::arg("nbytes"));
     m.def("output_cache_bytes", &output_cache::held_bytes);

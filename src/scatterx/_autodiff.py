@@ -12,7 +12,7 @@ of "none") plus whole-array NumPy operations, so no Python loop runs over elemen
   and leaves a zero there, so only the last writer receives it;
 - mul: one native pass forward and one backward over each fiber give every update the
   products of the updates before and after it at its target (running products), never a
-  division, so zeros and duplicates are exact;
+  division, so zeros and duplicates are exact; the same pass gives grad_data;
 - max/min: the ties are counted with a scatter "add" of the tie masks.
 
 float16 and bfloat16 gradients are computed in float32 and rounded once at the end.
@@ -185,15 +185,12 @@ def _backward_add(res: ScatterResiduals, g: np.ndarray, cdt):
 
 
 def _backward_mul(res: ScatterResiduals, g: np.ndarray, cdt):
-    # One native pass forward and one backward over each fiber: every update gets the products
-    # of the updates before and after it at its target, so no division (zeros stay exact).
-    gc = g.astype(cdt, copy=False)
-    d = res.data.astype(cdt, copy=False)
-    conj = np.conj if cdt.kind == "c" else (lambda x: x)
-    scratch = np.multiply(conj(gc), d, out=_kernels.new_array(res.data_shape, cdt))
-    product, grad_updates = _kernels.mul_backward(scratch, res.indices, res.updates, res.axis)
-    grad_data = gc * conj(product)
-    return grad_data, grad_updates
+    # One native pass per block of fibers, forward and backward over its updates: every update
+    # gets the products of the updates before and after it at its target, so no division
+    # (zeros stay exact); the products become grad_data in the same pass.
+    gc = np.ascontiguousarray(g, dtype=cdt)
+    d = np.ascontiguousarray(res.data, dtype=cdt)
+    return _kernels.mul_backward(gc, d, res.indices, res.updates, res.axis)
 
 
 def _backward_extremum(res: ScatterResiduals, g: np.ndarray, cdt):

@@ -84,25 +84,33 @@ def take_last_writer(grad_output: np.ndarray, indices: np.ndarray, axis: int) ->
 
 
 def mul_backward(
-    conj_grad_times_data: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int,
+    grad: np.ndarray, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The native part of the backward of reduction "mul", in the compute dtype of its inputs.
+    """The backward of reduction "mul" for the output gradient `grad` (G) and `data` (D), both
+    C-contiguous in one compute dtype; the gradients come back in that dtype.
 
-    `conj_grad_times_data` is ``conj(G) * D``, a fresh C-contiguous array that this call uses as
-    scratch. Returns ``(product, grad_updates)``: the product of the updates of every target (1
-    where none lands) and, for each update, ``G[t] * conj(D[t] * product of the other updates of
-    its target)``, without division.
+    Returns ``(grad_data, grad_updates)``: ``G * conj(product of the updates of each target)``
+    (G * conj(1) where none lands) and, for each update, ``G[t] * conj(D[t] * product of the
+    other updates of its target)``, without division. One native pass per block of fibers sets
+    the products, turns them into grad_data and walks the updates both ways; the fibers of
+    data that no fiber of the indices reaches get G * conj(1) here.
     """
-    dtype = conj_grad_times_data.dtype
-    scratch = conj_grad_times_data
-    product = new_array(scratch.shape, dtype)
-    product.fill(1)
+    dtype = grad.dtype
+    grad_data = new_array(grad.shape, dtype)
+    scratch = new_array(grad.shape, dtype)
     updates = np.ascontiguousarray(updates, dtype=dtype)
     grad_updates = new_array(updates.shape, dtype)
-    bad = _core.mul_backward(product, scratch, indices, updates, grad_updates, axis, _TYPE_CODES[dtype])
+    bad = _core.mul_backward(
+        grad, data, indices, updates, grad_data, scratch, grad_updates, axis, _TYPE_CODES[dtype]
+    )
     if bad >= 0:
-        raise_out_of_bounds(indices, bad, axis, scratch.shape[axis])
-    return product, grad_updates
+        raise_out_of_bounds(indices, bad, axis, grad.shape[axis])
+    one = np.conj(dtype.type(1))
+    for dim, n in enumerate(indices.shape):
+        if dim != axis and n < grad.shape[dim]:
+            beyond = (slice(None),) * dim + (slice(n, None),)
+            np.multiply(grad[beyond], one, out=grad_data[beyond])
+    return grad_data, grad_updates
 
 
 def gather(call: GatherCall, out: np.ndarray | None) -> np.ndarray:

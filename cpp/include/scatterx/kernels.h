@@ -894,35 +894,67 @@ template <class T> inline T conj_of(const T& x) {
     if constexpr (is_complex_v<T>) return T{x.re, -x.im};
     else return x;
 }
+template <class T> inline T one_of() {
+    if constexpr (is_complex_v<T>) return T{1, 0};
+    else return T(1);
+}
 
 // The backward of "mul", without division (zeros and duplicates stay exact), for the compute
 // type T. Each update k with target t gets dU[k] = conj(before(k) * R(k)), where before(k) is
 // the product of the updates of t that precede k in row-major order and R(k) is conj(G[t]) *
-// D[t] times those that follow it, so dU[k] = G[t] * conj(D[t] * before(k) * after(k)). A
-// forward walk of each fiber leaves before(k) in dU[k] and the product of all updates of t in
-// P[t]; a backward walk keeps R in S. Arrays: P (ones on entry; the products on exit) is array
-// 0 of the geometry and S (conj(G) * D on entry, scratch) lies at the same byte offsets; u
-// (updates) is array 2 and dU lies at the same offsets as u. Returns false when an
-// out-of-bounds index was met (skipped).
+// D[t] times those that follow it, so dU[k] = G[t] * conj(D[t] * before(k) * after(k)); each
+// target gets dD[t] = G[t] * conj(product of its updates). Block by block of fibers, while the
+// block's part of the arrays is in the cache: P = 1; a forward walk leaves before(k) in dU[k]
+// and the product of all updates of t in P[t]; one pass turns P into dD and sets S = conj(G) *
+// D; a backward walk keeps R in S. Arrays: dD (written; P while it works) is array 0 of the
+// geometry, and G, D and S (scratch) lie at the same byte offsets; u (updates) is array 2 and dU
+// lies at the same offsets as u. Only the fibers of dD that a fiber of the indices reaches are
+// written (the caller sets the others to G * conj(1)). Returns false when an out-of-bounds index
+// was met (skipped).
 template <class T, class I>
-bool mul_backward(const Geometry& g, char* P, char* S, const char* indices, const char* u, char* gu) {
-    char* base[4] = {P, const_cast<char*>(indices), const_cast<char*>(u), P};
+bool mul_backward(const Geometry& g, char* dD, char* S, const char* G, const char* D, const char* indices,
+                  const char* u, char* gu) {
+    char* base[4] = {dD, const_cast<char*>(indices), const_cast<char*>(u), dD};
     const FiberSpace fs = fiber_space(g);
-    if (fs.nfib == 0 || fs.na == 0) return true;
-    const int64_t size = g.axis_size, dstr = g.axis_stride;
+    if (fs.nfib == 0) return true;
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
-    const int fparts = choose_parts(fs.nfib, fs.nfib * fs.na).first;
+    const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, g.axis_size)).first;
     std::atomic<bool> bad{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
+        // Locals, not the captured variables (stores may alias those).
+        const int64_t size = g.axis_size, dstr = g.axis_stride;
         const int64_t* astr = fs.astr;
+        char* const P = dD;
+        const int64_t off0 = p[0] - P;
         bool local_bad = false;
+        // Calls f(offset) for every offset of the block's part of P: `count` fibers `in[0]` bytes
+        // apart, `size` positions `dstr` apart, the smaller stride innermost.
+        auto each_position = [&](auto&& f) {
+            const bool rows = count > 1 && in[0] < dstr;
+            const int64_t outer = rows ? size : count, inner = rows ? count : size;
+            const int64_t so = rows ? dstr : in[0], si = rows ? in[0] : dstr;
+            for (int64_t a = 0; a < outer; ++a)
+                for (int64_t b = 0; b < inner; ++b) f(off0 + a * so + b * si);
+        };
+        auto start = [&] {
+            each_position([&](int64_t t) { *reinterpret_cast<T*>(P + t) = one_of<T>(); });
+        };
+        // P (the products) becomes dD, S becomes conj(G) * D: one pass over G.
+        auto middle = [&] {
+            each_position([&](int64_t t) {
+                const T gt = *reinterpret_cast<const T*>(G + t);
+                T& pt = *reinterpret_cast<T*>(P + t);
+                pt = Arith<T>::mul(gt, conj_of(pt));
+                *reinterpret_cast<T*>(S + t) = Arith<T>::mul(conj_of(gt), *reinterpret_cast<const T*>(D + t));
+            });
+        };
         // Calls f(target offset in P, offset in u) for every update of the block, in row-major
         // order or its reverse.
         auto walk = [&](bool reverse, auto&& f) {
             auto one = [&](int64_t j, int64_t k) {
                 const I raw = *reinterpret_cast<const I*>(p[1] + j * astr[1] + k * in[1]);
                 if (!in_bounds(raw, size)) { local_bad = true; return; }
-                f((p[0] - P) + k * in[0] + normalise(raw, size) * dstr, (p[2] - u) + j * astr[2] + k * in[2]);
+                f(off0 + k * in[0] + normalise(raw, size) * dstr, (p[2] - u) + j * astr[2] + k * in[2]);
             };
             const bool rows = axis_outer && count > 1;
             const int64_t outer = rows ? fs.na : count, inner = rows ? count : fs.na;
@@ -936,10 +968,10 @@ bool mul_backward(const Geometry& g, char* P, char* S, const char* indices, cons
             }
         };
         constexpr int64_t N = sizeof(T);
+        start();
         if (axis_outer && count > 1 && in[0] == N && in[1] == int64_t(sizeof(I)) && in[2] == N) {
             // Rows of contiguous fibers (a middle axis, say): typed addressing; within a row
             // every element is its own fiber, so only the order of the rows matters.
-            const int64_t off0 = p[0] - P;
             auto row = [&](int64_t j, auto&& f) {
                 const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
                 const int64_t q = (p[2] - u) + j * astr[2];
@@ -949,18 +981,14 @@ bool mul_backward(const Geometry& g, char* P, char* S, const char* indices, cons
                     f(off0 + k * N + v * dstr, uv[k], gv[k]);
                 });
             };
-            // The block's rows of P, then of S, are read in first where they fit the cache (as
-            // for a scatter with out=data), and the backward walk asks for the row before the
-            // one it works on (the native pass of vjp_mul, 64 slabs of 512 x 128 float32 with
-            // 256 x 128 updates each, two threads: 27.7 -> 15.2-18.5 ms).
-            const bool warm = warm_rows(p[0], size, dstr, count * N, fs.na * count);
             for (int64_t j = 0; j < fs.na; ++j)
                 row(j, [&](int64_t t, const T& uk, T& gk) {
                     T& pt = *reinterpret_cast<T*>(P + t);
                     gk = pt;
                     pt = Arith<T>::mul(pt, uk);
                 });
-            if (warm) warm_rows(S + off0, size, dstr, count * N, fs.na * count);
+            middle();
+            // The backward walk goes against the hardware prefetcher: ask for the row before.
             for (int64_t j = fs.na - 1; j >= 0; --j) {
                 if (j > 0) {
                     prefetch_lines(p[1] + (j - 1) * astr[1], count * int64_t(sizeof(I)));
@@ -973,20 +1001,20 @@ bool mul_backward(const Geometry& g, char* P, char* S, const char* indices, cons
                     st = Arith<T>::mul(st, uk);
                 });
             }
-            if (local_bad) bad.store(true, std::memory_order_relaxed);
-            return;
+        } else {
+            walk(false, [&](int64_t t, int64_t q) {
+                T& pt = *reinterpret_cast<T*>(P + t);
+                *reinterpret_cast<T*>(gu + q) = pt;
+                pt = Arith<T>::mul(pt, *reinterpret_cast<const T*>(u + q));
+            });
+            middle();
+            walk(true, [&](int64_t t, int64_t q) {
+                T& st = *reinterpret_cast<T*>(S + t);
+                T& out = *reinterpret_cast<T*>(gu + q);
+                out = conj_of(Arith<T>::mul(out, st));
+                st = Arith<T>::mul(st, *reinterpret_cast<const T*>(u + q));
+            });
         }
-        walk(false, [&](int64_t t, int64_t q) {
-            T& pt = *reinterpret_cast<T*>(P + t);
-            *reinterpret_cast<T*>(gu + q) = pt;
-            pt = Arith<T>::mul(pt, *reinterpret_cast<const T*>(u + q));
-        });
-        walk(true, [&](int64_t t, int64_t q) {
-            T& st = *reinterpret_cast<T*>(S + t);
-            T& out = *reinterpret_cast<T*>(gu + q);
-            out = conj_of(Arith<T>::mul(out, st));
-            st = Arith<T>::mul(st, *reinterpret_cast<const T*>(u + q));
-        });
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
     return !bad.load();
