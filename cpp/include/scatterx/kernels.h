@@ -734,7 +734,6 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
     char* base[4] = {const_cast<char*>(data), const_cast<char*>(indices), out, const_cast<char*>(data)};
     const FiberSpace fs = fiber_space(g);
     if (fs.nfib == 0 || fs.na == 0) return true;
-    const int64_t size = g.axis_size, dstr = g.axis_stride;
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
     auto [fparts, xparts] = choose_parts(fs.nfib, fs.nfib * fs.na);
     const int64_t inner = fs.f.ndim > 0 ? fs.f.shape[fs.f.ndim - 1] : 1;
@@ -749,7 +748,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                                                   int xp, int xn) {
         auto [j0, j1] = split_range(fs.na, xp, xn);
         const int64_t* astr = fs.astr;
-        // Locals, not the captured variables: the byte stores below may alias those, and the
+        // Locals, not captured variables: the byte stores below may alias those, and the
         // compiler would reload them after every store.
         const int64_t size = g.axis_size, dstr = g.axis_stride;
         bool local_bad = false;
@@ -833,11 +832,12 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
         if (src && fs.nfib > 0) fused_copy_only(g, fs, base, N);
         return true;
     }
-    const int64_t size = g.axis_size, dstr = g.axis_stride;
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
-    const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, src ? size : 0)).first;
+    const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, src ? g.axis_size : 0)).first;
     std::atomic<bool> bad{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
+        // Locals, not captured variables: the byte stores below may alias those.
+        const int64_t size = g.axis_size, dstr = g.axis_stride;
         const int64_t* astr = fs.astr;
         bool local_bad = false;
         auto take = [&](int64_t j, int64_t k) {
@@ -921,7 +921,7 @@ bool mul_backward(const Geometry& g, char* dD, char* S, const char* G, const cha
     const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, g.axis_size)).first;
     std::atomic<bool> bad{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
-        // Locals, not the captured variables (stores may alias those).
+        // Locals, not captured variables (stores may alias those).
         const int64_t size = g.axis_size, dstr = g.axis_stride;
         const int64_t* astr = fs.astr;
         char* const P = dD;
