@@ -690,9 +690,9 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
 // value of iv[j], for j in [0, n); an out-of-bounds index is skipped and makes it return false.
 // The lines [next, next + 64 * lines) of a later fiber are prefetched along the way, spread
 // over the fiber. Four indices share one branch. A function of its own, not inlined: in the
-// module's large translation unit the same loop written inline in the kernel ran 1.4x slower
-// (last-axis gather of 4096 x 256 from 4096 x 1024 float16, two threads: 1.05-1.10 ms inline,
-// 0.73-0.76 ms with the compiler's inlining limits raised).
+// module's large translation unit the loop written inline in the kernel ran 1.4x slower than
+// compiled alone (last-axis gather of 4096 x 256 from 4096 x 1024 float16, two threads: 1.05-1.10
+// ms inline, 0.73-0.76 ms with the compiler's inlining limits raised, 0.64-0.72 ms as this).
 template <int64_t N, class I>
 [[gnu::noinline]] bool gather_fiber(const I* iv, int64_t n, const char* src, int64_t stride, char* out,
                                     int64_t size, const char* next, int64_t lines) {
