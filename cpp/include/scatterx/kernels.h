@@ -699,15 +699,12 @@ template <int64_t N, class I>
     const uint64_t limit = uint64_t(size);
     const int64_t per = lines > 0 ? std::max<int64_t>(1, (4 * lines + n - 1) / std::max<int64_t>(n, 1)) : 0;
     int64_t line = 0;
-    bool ok = true;
-    auto one = [&](int64_t j) {
-        const int64_t v = int64_t(iv[j]);
-        if (uint64_t(v) < limit)
-            std::memcpy(out + j * N, src + v * stride, size_t(N));
-        else if (v < 0 && v >= -size)
-            std::memcpy(out + j * N, src + (v + size) * stride, size_t(N));
-        else
-            ok = false;
+    bool bad = false;
+    // Indices [j, j + count) one by one, negative ones and bad ones included.
+    auto each = [&](int64_t j, int64_t count) {
+        each_index(iv + j, count, size, bad, [&](int64_t q, int64_t v) {
+            std::memcpy(out + (j + q) * N, src + v * stride, size_t(N));
+        });
     };
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
@@ -720,12 +717,12 @@ template <int64_t N, class I>
             std::memcpy(out + (j + 2) * N, src + int64_t(c) * stride, size_t(N));
             std::memcpy(out + (j + 3) * N, src + int64_t(d) * stride, size_t(N));
         } else {
-            for (int64_t q = j; q < j + 4; ++q) one(q);
+            each(j, 4);
         }
     }
-    for (; j < n; ++j) one(j);
+    each(j, n - j);
     if (line < lines) prefetch_lines(next + 64 * line, 64 * (lines - line));
-    return ok;
+    return !bad;
 }
 
 // Element size only matters for a gather: it moves bytes. Returns false when an out-of-bounds
