@@ -176,9 +176,10 @@ int64_t run_scatter(const View& data, const View& idx, const View& upd, const Vi
 
 // The probe of `scatterx bench` (probe.h): touches `span` bytes of `table` at each byte offset
 // of `positions` (int64), reading, or reading and storing back with `write`, prefetching
-// `ahead` positions early, while reading `stream` (uint8, or None) in step.
+// `ahead` positions early, while reading `stream` (uint8, or None) in step; with `ordered`, on
+// one thread with a second reading ahead of it.
 uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool write, int64_t ahead,
-               nb::handle stream_h) {
+               nb::handle stream_h, bool ordered) {
     View table = view(table_h, "table", write), pos = view(positions_h, "positions");
     if (table.ndim != 1 || table.itemsize != 1 || table.strides[0] != 1 || pos.ndim != 1 ||
         pos.itemsize != 8 || pos.strides[0] != 8)
@@ -194,7 +195,7 @@ uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool wr
     }
     nb::gil_scoped_release release;
     return touch_lines(table.data, table.shape[0], reinterpret_cast<const int64_t*>(pos.data), pos.shape[0],
-                       span, write, ahead, stream, stream_bytes);
+                       span, write, ahead, stream, stream_bytes, ordered);
 }
 
 int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, nb::handle out_h,
@@ -530,7 +531,7 @@ NB_MODULE(_core, m) {
           nb::arg("axis"), nb::arg("reduction"), nb::arg("type_code"), nb::arg("copy"),
           nb::arg("precheck"));
     m.def("touch", &touch, nb::arg("table"), nb::arg("positions"), nb::arg("span"), nb::arg("write"),
-          nb::arg("ahead"), nb::arg("stream").none() = nb::none());
+          nb::arg("ahead"), nb::arg("stream").none() = nb::none(), nb::arg("ordered") = false);
     m.def("gather", &gather, nb::arg("data"), nb::arg("indices"), nb::arg("out"), nb::arg("axis"),
           nb::arg("precheck"));
     m.def("scatter_fast", &scatter_fast, nb::arg("data"), nb::arg("indices"), nb::arg("updates"),

@@ -6,8 +6,10 @@ definitions (shapes) and from deliberately wrong peers.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -47,7 +49,8 @@ def test_quick_run_prints_the_table_and_writes_json(tmp_path, capsys):
         ours = case["impls"]["scatterx"]
         assert ours["status"] == "ok" and ours["ms"] > 0 and len(ours["samples_ms"]) == 5
         assert case["impls"]["numpy"]["status"] == "ok"
-    assert report["copy_bandwidth_bytes_per_s"] > 0
+    assert all(b > 0 for b in report["copy_bandwidth_measurements"])
+    assert all(c["bandwidth"] is None and c["bound_ms"] is None for c in report["cases"])  # latency cases
     assert report["failures"] == []
     latency = next(t for t in report["targets"] if t["goal"] == "a 3x3 call <= 2 us")
     assert latency["met"] == (report["cases"][0]["impls"]["scatterx"]["ms"] <= 2e-3 and
@@ -78,6 +81,31 @@ def test_a_wrong_peer_is_reported_not_timed():
     assert result.impls["wrong"].ms is None
     assert result.impls["right"].status == "ok"
     assert result.failed
+
+
+def test_implementations_and_the_copy_are_sampled_in_turn():
+    calls = []
+
+    def call(name):
+        time.sleep(0.002)  # one call makes a sample of min_time
+        calls.append(name)
+
+    timings = _bench.time_calls({"a": lambda: call("a"), "b": lambda: call("b")}, 0.001, 5)
+    assert calls[-10:] == ["a", "b"] * 5
+    assert all(len(t.samples) == 5 and t.number == 1 for t in timings.values())
+
+
+def test_the_bound_of_a_case_comes_from_the_copy_timed_beside_it():
+    case = next(c for c in CASES if c.name == "gather_rows")
+    numpy_impl = next(i for i in IMPLEMENTATIONS if i.name == "numpy")
+    copier = _bench.Copier(1 << 20)
+    result = _bench.run_case(case, [SCATTERX, numpy_impl], SETTINGS, copier)
+    assert list(result.impls) == ["scatterx", "numpy"]
+    assert all(r.status == "ok" and len(r.samples_ms) == 5 for r in result.impls.values())
+    assert result.bandwidth > 0
+    assert result.bound_ms == pytest.approx(1e3 * result.moved_bytes / result.bandwidth)
+    fixed = _bench.run_case(case, [SCATTERX], SETTINGS, bandwidth=1e9)
+    assert fixed.bandwidth == 1e9 and fixed.bound_ms == pytest.approx(1e3 * fixed.moved_bytes / 1e9)
 
 
 def test_the_cli_exits_nonzero_on_a_mismatch(monkeypatch, capsys):
@@ -172,6 +200,9 @@ def test_touches_are_the_targets_in_visiting_order():
     c, x = case("vjp_none")
     assert touches(c, x).stream_bytes == x.updates.nbytes
     assert touches(*case("tiny_3x3")) is None
+    # Only one fiber of float adds or products must stay in order on one thread.
+    ordered = {c.name for c in CASES if c.has_bound and touches(*case(c.name)).ordered}
+    assert ordered == {"hist_add", "hist_add_i32"}
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -193,16 +224,21 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
     # threads' shares meet may be read by both).
     stream = np.ones(1_000_003, np.uint8)
     stream_lines = -(-stream.size // 64)
+    # A whole number of bytes per position (8): the shares meet on line boundaries.
+    whole = np.ones(8 * positions.size, np.uint8)
     previous = sx.get_num_threads()
     sx.set_num_threads(threads)
     try:
-        for ahead in (0, 8, 1000):
-            assert _core.touch(table, positions, span, False, ahead) == want
-            assert _core.touch(table, positions, span, True, ahead) == want
+        for ahead, ordered in itertools.product((0, 8, 1000), (False, True)):
+            # Ordered: one thread walks every position, a second (with two) reads ahead of it.
+            assert _core.touch(table, positions, span, False, ahead, None, ordered) == want
+            assert _core.touch(table, positions, span, True, ahead, None, ordered) == want
             for write in (False, True):
-                extra = _core.touch(table, positions, span, write, ahead, stream) - want
-                assert stream_lines <= extra <= stream_lines + threads - 1
-            assert _core.touch(table, positions, span, True, ahead, np.zeros(10, np.uint8)) == want
+                extra = _core.touch(table, positions, span, write, ahead, stream, ordered) - want
+                assert stream_lines <= extra <= stream_lines + (0 if ordered else threads - 1)
+                extra = _core.touch(table, positions, span, write, ahead, whole, ordered) - want
+                assert extra == whole.size // 64
+            assert _core.touch(table, positions, span, True, ahead, np.zeros(10, np.uint8), ordered) == want
     finally:
         sx.set_num_threads(previous)
     np.testing.assert_array_equal(table, before)

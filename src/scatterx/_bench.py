@@ -3,13 +3,13 @@
 For every case (``_bench_cases``) and every implementation (``_bench_peers``) the engine
 checks the result against scatterx's (that first call is the warm-up), then times at least
 five samples; a sample repeats the call enough times to last `min_time` and reports the time of
-one call; the figure is the median sample. In the same run it measures the copy bandwidth of
-the machine (a large ``np.copyto``, before and after the cases) and from it the streaming bound
-of every case: the time to move the bytes the operation must read and write (see
-``_bench_cases.moved_bytes``), and the random-access floor of every case: how fast the machine
-touches the case's own random targets, reading the values that move with them, and nothing
-else (`probe_floor`). It also shows the peak memory of a scatterx call beyond its output, and
-the time that ``out=data`` saves. See docs/performance.md.
+one call; the figure is the median sample. Between scatterx's samples it times a large
+``np.copyto``: the copy bandwidth of the machine at that moment, and from it the streaming
+bound of the case, the time to move the bytes the operation must read and write (see
+``_bench_cases.moved_bytes``). It probes the random-access floor of every case: how fast the
+machine touches the case's own random targets, reading the values that move with them, and
+nothing else (`probe_floor`). It also shows the peak memory of a scatterx call beyond its
+output, and the time that ``out=data`` saves. See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ class CaseResult:
     bound_ms: float | None
     impls: dict[str, ImplResult]
     floor_ms: float | None = None  # the probe: the case's memory accesses alone (see `probe_floor`)
+    bandwidth: float | None = None  # bytes/s of the copy timed between this case's samples
 
     def peer_best(self) -> tuple[str, float] | None:
         peers = [(n, r.ms) for n, r in self.impls.items() if n != "scatterx" and r.status == "ok"]
@@ -139,21 +140,29 @@ def _calls_per_sample(fn, min_time: float, first: float | None) -> int:
     return number
 
 
-def time_calls(fns: dict, min_time: float, repeat: int, first: float | None = None) -> dict[str, Timing]:
+def time_calls(fns: dict, min_time: float, repeat: int, first: dict | None = None) -> dict[str, Timing]:
     """For each callable, the median over `repeat` samples of the time of one call, after a warm-up.
 
     A sample repeats the call so that it lasts at least `min_time` (a 3x3 call is timed over
     thousands of calls). Several callables are sampled in turn, so that a change of load on
-    the machine affects them alike.
+    the machine affects them alike; each sample of many calls starts after one untimed call.
+    `first` may give, by key, the duration of a call already made (see `_calls_per_sample`).
     """
+    first = first or {}
     gc.collect()
     enabled = gc.isenabled()
     gc.disable()
     try:
-        numbers = {k: _calls_per_sample(fn, min_time, first) for k, fn in fns.items()}
+        numbers = {k: _calls_per_sample(fn, min_time, first.get(k)) for k, fn in fns.items()}
         samples = {k: [] for k in fns}
         for _ in range(repeat):
             for k, fn in fns.items():
+                if numbers[k] > 1 and len(fns) > 1:
+                    # The callable before it may have pushed this one's arrays out of the
+                    # cache: one call, untimed, brings them back, as a user's repeated call
+                    # finds them. (A call that fills a sample alone is long enough for it
+                    # not to matter.)
+                    fn()
                 samples[k].append(_sample(fn, numbers[k]) / numbers[k])
     finally:
         if enabled:
@@ -163,20 +172,34 @@ def time_calls(fns: dict, min_time: float, repeat: int, first: float | None = No
 
 def time_call(fn, min_time: float, repeat: int, first: float | None = None) -> Timing:
     """`time_calls` of one callable."""
-    return time_calls({"fn": fn}, min_time, repeat, first)["fn"]
+    return time_calls({"fn": fn}, min_time, repeat, {"fn": first})["fn"]
 
 
-def copy_bandwidth(nbytes: int, repeat: int) -> float:
-    """Bytes moved per second (read plus written) by ``np.copyto`` of `nbytes`, median of `repeat`."""
-    src = np.ones(nbytes // 8)
-    dst = np.empty_like(src)
-    np.copyto(dst, src)
+class Copier:
+    """``np.copyto`` of an array of `nbytes`: what the copy bandwidth is measured with."""
+
+    def __init__(self, nbytes: int):
+        self.src = np.ones(nbytes // 8)
+        self.dst = np.empty_like(self.src)
+        np.copyto(self.dst, self.src)
+
+    @property
+    def moved(self) -> int:
+        """Bytes read plus bytes written by one copy."""
+        return 2 * self.src.nbytes
+
+    def __call__(self) -> None:
+        np.copyto(self.dst, self.src)
+
+
+def copy_bandwidth(copier: Copier, repeat: int) -> float:
+    """Bytes moved per second (read plus written) by `copier`, median of `repeat` copies."""
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        np.copyto(dst, src)
+        copier()
         times.append(time.perf_counter() - start)
-    return 2 * src.nbytes / statistics.median(times)
+    return copier.moved / statistics.median(times)
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -221,7 +244,10 @@ def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
     `Touches.stream_bytes`; the positions stand for the indices) are read in step, one byte per
     line (reading costs less than writing, so the floor stays below what a kernel pays). On
     one thread and on scatterx's threads (contiguous ranges), prefetched at each of
-    `_PROBE_AHEAD`: the fastest of these. The streaming bound counts every byte once; a random access moves a whole line,
+    `_PROBE_AHEAD`: the fastest of these. Targets that must keep their order on one thread
+    (`Touches.ordered`: one fiber of float adds or products) are not dealt out by ranges: on
+    scatterx's threads one thread walks them all while a second reads ahead of it, as the
+    kernel does. The streaming bound counts every byte once; a random access moves a whole line,
     fetched again (and, when written, stored again) each time if the table exceeds the cache.
     This is a measurement, not a proof: an algorithm that brings a dense region in whole, or
     that first reorders the updates (a partitioning pass), can beat it -- which is why a case
@@ -241,7 +267,7 @@ def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
     def probe(threads, ahead):
         def run():
             sx.set_num_threads(threads)
-            _core.touch(table, t.positions, t.span, t.write, ahead, stream)
+            _core.touch(table, t.positions, t.span, t.write, ahead, stream, t.ordered)
         return run
 
     configs = {(n, a): probe(n, a) for n in sorted({1, settings.threads}) for a in _PROBE_AHEAD}
@@ -252,12 +278,20 @@ def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
     return 1e3 * min(timing.median for timing in timings.values())
 
 
-def run_case(case: Case, impls: list[Impl], settings: Settings, bandwidth: float) -> CaseResult:
-    """Checks and times every implementation on `case` (scatterx first: it is the reference)."""
+def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier | None = None,
+             bandwidth: float | None = None) -> CaseResult:
+    """Checks and times every implementation on `case` (scatterx first: it is the reference).
+
+    scatterx's samples alternate with samples of `copier`'s copy, whose bandwidth gives the
+    case's streaming bound (or `bandwidth`, given, without a copier): the two figures of the
+    ratio come from the same moment of a machine whose bandwidth drifts. The peers are timed
+    one after another, each alone: sampled in turn with the others, every implementation ran
+    slower after onnxruntime's (its threads keep spinning after a run returns; on 2 cores, a
+    quick `mp_add` took scatterx 0.32 ms alone and 0.92 ms in turn with onnxruntime).
+    """
     inputs = build_inputs(case, settings.quick)
     nbytes = moved_bytes(case, inputs)
-    bound_ms = 1e3 * nbytes / bandwidth if case.has_bound else None
-    result = CaseResult(case.name, case.describe(settings.quick), nbytes, bound_ms, {})
+    result = CaseResult(case.name, case.describe(settings.quick), nbytes, None, {})
     reference = None
     for impl in impls:
         absent = impl.missing()
@@ -288,12 +322,21 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, bandwidth: float
                 _progress(f"    MISMATCH {impl.name}: {mismatch}")
                 continue
         del arrays
-        timing = time_call(prepared.run, settings.min_time, settings.repeat, first_time)
+        runs = {"impl": prepared.run}
+        if impl.name == "scatterx" and copier is not None and case.has_bound:
+            runs["copy"] = copier
+        timings = time_calls(runs, settings.min_time, settings.repeat, {"impl": first_time})
+        del prepared, runs
+        if "copy" in timings:
+            bandwidth = copier.moved / timings["copy"].median
+        timing = timings["impl"]
         result.impls[impl.name] = ImplResult(
             "ok", ms=1e3 * timing.median, number=timing.number,
             samples_ms=[1e3 * s for s in timing.samples],
         )
-        del prepared
+    if case.has_bound and bandwidth:
+        result.bandwidth = bandwidth
+        result.bound_ms = 1e3 * nbytes / bandwidth
     result.floor_ms = probe_floor(case, inputs, settings)
     ours = result.impls.get("scatterx")
     if ours is not None and ours.status == "ok" and result.peer_best() is None:
@@ -704,15 +747,15 @@ def run(args: argparse.Namespace) -> int:
     load_before = _load()
     started = time.perf_counter()
     _progress(f"scatterx bench: {len(cases)} cases, {', '.join(names)}, {settings.threads} threads")
-    copy_bytes = (64 if args.quick else 256) * 2**20
-    bandwidth = bandwidth_start = copy_bandwidth(copy_bytes, 7)
-    _progress(f"copy bandwidth (np.copyto, read + write): {bandwidth / 1e9:.2f} GB/s")
+    copier = Copier((64 if args.quick else 256) * 2**20)
+    bandwidth_start = copy_bandwidth(copier, 7)
+    _progress(f"copy bandwidth (np.copyto, read + write): {bandwidth_start / 1e9:.2f} GB/s")
 
     results = []
     for k, case in enumerate(cases, 1):
         _progress(f"[{k:>2}/{len(cases)}] {case.name}: {case.describe(settings.quick)}")
         case_start = time.perf_counter()
-        r = run_case(case, impls, settings, bandwidth)
+        r = run_case(case, impls, settings, copier)
         results.append(r)
         parts = [f"{n} {_cell(r.impls[n])}" for n in names]
         tail = f" -> {_fmt(r.speedup)}x best peer" if r.speedup else ""
@@ -720,14 +763,11 @@ def run(args: argparse.Namespace) -> int:
         tail += f", {_fmt(r.floor_ratio)}x floor" if r.floor_ratio else ""
         _progress("        " + " | ".join(parts) + tail + f" ({time.perf_counter() - case_start:.1f} s)")
 
-    # The bound uses the better of two measurements, before and after the cases: the least
-    # time the machine needs to stream the bytes.
-    bandwidth_end = copy_bandwidth(copy_bytes, 7)
+    bandwidth_end = copy_bandwidth(copier, 7)
     _progress(f"copy bandwidth again: {bandwidth_end / 1e9:.2f} GB/s")
-    bandwidth = max(bandwidth, bandwidth_end)
-    for r, case in zip(results, cases):
-        if case.has_bound:
-            r.bound_ms = 1e3 * r.moved_bytes / bandwidth
+    del copier
+    beside = [r.bandwidth for r in results if r.bandwidth]
+    bandwidths = f"{min(beside) / 1e9:.1f}-{max(beside) / 1e9:.1f}" if beside else "-"
 
     memory, inplace = [], []
     if not args.no_memory:
@@ -744,7 +784,8 @@ def run(args: argparse.Namespace) -> int:
     geomean = geometric_mean(speedups)
     header = (
         f"scatterx bench{' --quick' if args.quick else ''}: {settings.threads} threads, "
-        f"copy bandwidth {bandwidth / 1e9:.2f} GB/s, ms per call (median of {settings.repeat}), "
+        f"copy bandwidth {bandwidth_start / 1e9:.1f} GB/s before, {bandwidths} beside the cases, "
+        f"{bandwidth_end / 1e9:.1f} after, ms per call (median of {settings.repeat}), "
         f"{_cpu_model()}, {os.cpu_count()} CPUs, load {load_before} -> {_load()}"
     )
     print(header)
@@ -774,7 +815,6 @@ def run(args: argparse.Namespace) -> int:
             "machine": {"cpu": _cpu_model(), "cpus": os.cpu_count(), "platform": platform.platform(),
                         "load_before": load_before, "load_after": _load()},
             "versions": _versions(),
-            "copy_bandwidth_bytes_per_s": bandwidth,
             "copy_bandwidth_measurements": [bandwidth_start, bandwidth_end],
             "cases": [
                 {**{k: v for k, v in asdict(r).items()}, "speedup": r.speedup, "bound_ratio": r.bound_ratio,

@@ -243,7 +243,9 @@ class Touches:
     `write` is set. `stream_bytes` are the values that move in sequence beside them, one per
     index: the updates a scatter reads, the elements a gather writes, the update gradients the
     backward of a scatter writes, the incoming gradient the backward of a gather reads (the
-    positions, read in sequence too, stand for the indices).
+    positions, read in sequence too, stand for the indices). `ordered` marks the targets of one
+    fiber whose floating-point adds or products must follow the order of the indices (SPEC
+    section 2): no kernel can deal them out to threads by ranges of positions.
     """
 
     table_bytes: int
@@ -251,6 +253,7 @@ class Touches:
     span: int
     write: bool
     stream_bytes: int = 0
+    ordered: bool = False
 
 
 def touches(case: Case, inputs: Inputs) -> Touches | None:
@@ -281,7 +284,13 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
     coords = list(np.indices(indices.shape, sparse=True))
     coords[axis] = np.where(indices < 0, indices + size, indices)
     flat = np.ravel_multi_index(np.broadcast_arrays(*coords), data.shape).reshape(-1)
-    return Touches(data.nbytes, flat.astype(np.int64) * item, item, write, stream)
+    # Integer adds and products wrap around whatever their order; max and min do not depend on
+    # it; "none" keeps the last writer, which a split can find. Float add and mul cannot move.
+    ordered = (
+        case.op == "scatter" and case.reduction in ("add", "mul") and data.size == size
+        and not np.issubdtype(data.dtype, np.integer)
+    )
+    return Touches(data.nbytes, flat.astype(np.int64) * item, item, write, stream, ordered)
 
 
 def select(cases, patterns: str | None) -> list[Case]:

@@ -18,6 +18,7 @@ def gather_fast(data: object, indices: object, axis: object) -> np.ndarray | Non
 def set_bfloat16_type(type_num: int) -> None: ...
 def touch(
     table: np.ndarray, positions: np.ndarray, span: int, write: bool, ahead: int, stream: np.ndarray | None = None,
+    ordered: bool = False,
 ) -> int: ...
 def take_last_writer(
     grad_output: np.ndarray, indices: np.ndarray, grad_data: np.ndarray, grad_updates: np.ndarray, axis: int,
