@@ -276,19 +276,27 @@ bool same_layout(const View& a, const View& b) {
 }
 
 // The backward of "mul" (see mul_backward): from G (the output gradient) and D (data), in the
-// compute type, writes grad_data (dD) at every fiber the indices reach and grad_updates; S is
-// scratch. dD, S, G and D share one layout, as do updates and grad_updates. The compute type is
-// float32, float64, complex64 or complex128. Returns -1 or the first bad flat position.
+// compute type, writes grad_data (dD) at every fiber the indices reach and grad_updates. dD, G
+// and D share one layout (non-negative strides), as do updates and grad_updates. The compute
+// type is float32, float64, complex64 or complex128. Returns -1 or the first bad flat position.
 int64_t mul_backward_py(nb::handle g_h, nb::handle d_h, nb::handle indices_h, nb::handle updates_h,
-                        nb::handle grad_data_h, nb::handle s_h, nb::handle grad_updates_h, int axis, int type_code) {
+                        nb::handle grad_data_h, nb::handle grad_updates_h, int axis, int type_code) {
     View G = view(g_h, "G"), D = view(d_h, "D");
-    View dD = view(grad_data_h, "grad_data", true), S = view(s_h, "S", true);
+    View dD = view(grad_data_h, "grad_data", true);
     View idx = view(indices_h, "indices"), u = view(updates_h, "updates");
     View gu = view(grad_updates_h, "grad_updates", true);
     check_geometry(dD, idx, axis);
-    if (!same_layout(dD, S) || !same_layout(dD, G) || !same_layout(dD, D) || !same_shape(idx, u) ||
+    if (!same_layout(dD, G) || !same_layout(dD, D) || !same_shape(idx, u) ||
         !same_layout(u, gu) || u.itemsize != dD.itemsize || type_itemsize(type_code) != dD.itemsize)
         throw std::invalid_argument("scatterx._core: shape, layout or element size mismatch");
+    // The bytes from dD's first element to the end of its last (the span of the scratch for
+    // long fibers, which shares dD's offsets).
+    int64_t extent = dD.itemsize;
+    for (int d = 0; d < dD.ndim; ++d) {
+        if (dD.strides[d] < 0) throw std::invalid_argument("scatterx._core: mul_backward needs non-negative strides");
+        extent = dD.shape[d] == 0 ? 0 : extent + (dD.shape[d] - 1) * dD.strides[d];
+        if (extent == 0) break;
+    }
     int64_t bad = -1;
     dispatch_index(int(idx.itemsize), [&](auto it) {
         using I = typename decltype(it)::type;
@@ -298,7 +306,7 @@ int64_t mul_backward_py(nb::handle g_h, nb::handle d_h, nb::handle indices_h, nb
         dispatch_type(type_code, element_types{}, [&](auto tt) {
             using T = typename decltype(tt)::type;
             if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || is_complex_v<T>)
-                ok = mul_backward<T, I>(g, dD.data, S.data, G.data, D.data, idx.data, u.data, gu.data);
+                ok = mul_backward<T, I>(g, dD.data, extent, G.data, D.data, idx.data, u.data, gu.data);
             else
                 throw std::invalid_argument("scatterx._core: mul_backward needs a float or complex compute type");
         });
@@ -541,7 +549,7 @@ NB_MODULE(_core, m) {
     m.def("take_last_writer", &take_last_writer_py, nb::arg("grad_output"), nb::arg("indices"),
           nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"));
     m.def("mul_backward", &mul_backward_py, nb::arg("G"), nb::arg("D"), nb::arg("indices"), nb::arg("updates"),
-          nb::arg("grad_data"), nb::arg("S"), nb::arg("grad_updates"), nb::arg("axis"), nb::arg("type_code"));
+          nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"), nb::arg("type_code"));
     m.def("empty", &empty_output, nb::arg("shape"), nb::arg("dtype"));
     m.def("set_output_cache_limit", &output_cache::set_limit, nb::arg("nbytes"));
     m.def("output_cache_bytes", &output_cache::held_bytes);

@@ -486,6 +486,50 @@ def test_mul_backward_in_parallel_is_thread_independent_and_matches_torch(axis):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize(
+    "data_shape, index_shape, axis",
+    [
+        # 160 fibers of 2.4 KB in a row: groups of 109 and 51 fibers in the per-thread scratch
+        # of 256 KB (54, 54 and 52 complex ones of 4.8 KB).
+        ((1, 300, 160), (1, 250, 160), 1),
+        # Fibers of 272 KB, beyond the scratch: S in an array as large as data.
+        ((2, 34_000), (2, 300), 1),
+        ((34_000, 2), (300, 2), 0),
+    ],
+)
+def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, axis, dtype):
+    """Against the literal oracle, and bitwise the same for 1, 2 and 3 threads. Updates and data
+    are in {-2, ..., 2} (with imaginary parts for complex): zeros and duplicates abound, and the
+    float64 products stay exact."""
+    rng = np.random.default_rng(11)
+    size = data_shape[axis]
+
+    def small(shape):
+        x = rng.integers(-2, 3, shape).astype(dtype)
+        if dtype == np.complex128:
+            x += 1j * rng.integers(-2, 3, shape)
+        return x
+
+    d, u = small(data_shape), small(index_shape)
+    i = rng.integers(-size, size, index_shape).astype(np.int32)
+    g = rng.standard_normal(data_shape).astype(dtype)
+    previous = sx.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 3):
+            sx.set_num_threads(threads)
+            results.append(sx.scatter_elements_vjp(g, d, i, u, axis, "mul"))
+    finally:
+        sx.set_num_threads(previous)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+    rtol = 1e-14 if dtype == np.float64 else 1e-12
+    for a, b in zip(results[0], oracle.scatter_elements_vjp(g, d, i, u, axis, "mul")):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=0)
+
+
 @pytest.mark.parametrize("ishape", [(0, 3, 0), (0, 3, 4), (2, 3, 0)])
 def test_mul_backward_with_empty_indices(ishape):
     """No update: dD = G, dU is empty (empty arrays may carry any strides)."""

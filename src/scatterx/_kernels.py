@@ -97,12 +97,9 @@ def mul_backward(
     """
     dtype = grad.dtype
     grad_data = new_array(grad.shape, dtype)
-    scratch = new_array(grad.shape, dtype)
     updates = np.ascontiguousarray(updates, dtype=dtype)
     grad_updates = new_array(updates.shape, dtype)
-    bad = _core.mul_backward(
-        grad, data, indices, updates, grad_data, scratch, grad_updates, axis, _TYPE_CODES[dtype]
-    )
+    bad = _core.mul_backward(grad, data, indices, updates, grad_data, grad_updates, axis, _TYPE_CODES[dtype])
     if bad >= 0:
         raise_out_of_bounds(indices, bad, axis, grad.shape[axis])
     one = np.conj(dtype.type(1))
