@@ -315,6 +315,49 @@ int64_t mul_backward_py(nb::handle g_h, nb::handle d_h, nb::handle indices_h, nb
     return bad;
 }
 
+// The backward of "max"/"min" (see extremum_backward): from G (the output gradient, in the
+// compute type float32 or float64) and the tie masks (bool: data_ties in data's shape,
+// update_ties in indices'), writes grad_data and grad_updates. G, grad_data and data_ties are
+// C-contiguous in one shape, update_ties and grad_updates in indices'. Returns -1 or the first
+// bad flat position.
+int64_t extremum_backward_py(nb::handle g_h, nb::handle data_ties_h, nb::handle indices_h, nb::handle update_ties_h,
+                             nb::handle grad_data_h, nb::handle grad_updates_h, int axis) {
+    View G = view(g_h, "G"), dt = view(data_ties_h, "data_ties"), idx = view(indices_h, "indices");
+    View ut = view(update_ties_h, "update_ties"), dD = view(grad_data_h, "grad_data", true);
+    View gu = view(grad_updates_h, "grad_updates", true);
+    check_geometry(dD, idx, axis);
+    auto contiguous = [](const View& v) {
+        if (volume(v.shape, v.ndim) == 0) return true;  // no element: strides are arbitrary
+        int64_t step = v.itemsize;
+        for (int d = v.ndim - 1; d >= 0; --d) {
+            if (v.shape[d] > 1 && v.strides[d] != step) return false;
+            step *= v.shape[d];
+        }
+        return true;
+    };
+    if (!same_layout(dD, G) || !same_shape(dD, dt) || !same_shape(idx, ut) || !same_shape(idx, gu) ||
+        dt.itemsize != 1 || ut.itemsize != 1 || gu.itemsize != dD.itemsize || !contiguous(dD) || !contiguous(dt) ||
+        !contiguous(ut) || !contiguous(gu))
+        throw std::invalid_argument("scatterx._core: shape, layout or element size mismatch");
+    int64_t bad = -1;
+    dispatch_index(int(idx.itemsize), [&](auto it) {
+        using I = typename decltype(it)::type;
+        MaybeRelease release(worth_releasing(dD, idx));
+        Geometry g = make_geometry(idx.shape, idx.ndim, axis, dD.strides, idx.strides, ut.strides, dD.shape[axis]);
+        const auto* dties = reinterpret_cast<const uint8_t*>(dt.data);
+        const auto* uties = reinterpret_cast<const uint8_t*>(ut.data);
+        bool ok = true;
+        if (dD.itemsize == 4)
+            ok = extremum_backward<float, I>(g, dD.data, G.data, dties, idx.data, uties, gu.data);
+        else if (dD.itemsize == 8)
+            ok = extremum_backward<double, I>(g, dD.data, G.data, dties, idx.data, uties, gu.data);
+        else
+            throw std::invalid_argument("scatterx._core: extremum_backward needs float32 or float64");
+        if (!ok) bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, dD.shape[axis]);
+    });
+    return bad;
+}
+
 // ---- Output memory. NumPy returns a large freed block to the system, so the next output of that
 // size faults in fresh pages that the kernel zeroes first. The outputs scatterx allocates (1 MiB
 // and up) use this NumPy memory handler (NEP 49) instead: freed blocks, up to a byte limit, are
@@ -546,6 +589,8 @@ NB_MODULE(_core, m) {
           nb::arg("axis"), nb::arg("reduction"));
     m.def("gather_fast", &gather_fast, nb::arg("data"), nb::arg("indices"), nb::arg("axis"));
     m.def("set_bfloat16_type", [](int num) { bfloat16_type_num = num; }, nb::arg("type_num"));
+    m.def("extremum_backward", &extremum_backward_py, nb::arg("G"), nb::arg("data_ties"), nb::arg("indices"),
+          nb::arg("update_ties"), nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"));
     m.def("take_last_writer", &take_last_writer_py, nb::arg("grad_output"), nb::arg("indices"),
           nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"));
     m.def("mul_backward", &mul_backward_py, nb::arg("G"), nb::arg("D"), nb::arg("indices"), nb::arg("updates"),

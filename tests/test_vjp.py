@@ -530,6 +530,39 @@ def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, 
         np.testing.assert_allclose(a, b, rtol=rtol, atol=0)
 
 
+@pytest.mark.parametrize("reduction", ["max", "min"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize(
+    "data_shape, index_shape, axis",
+    [((20_000, 16), (40_000, 16), 0), ((20_000, 16), (30_000, 9), 0), ((16, 3_000), (12, 5_000), 1)],
+)
+def test_extremum_backward_native_and_numpy_agree(monkeypatch, reduction, dtype, data_shape, index_shape, axis):
+    """The native pass (ties counted in the compute type) against the NumPy way (counted in
+    integers, which an index of 2^24 or more along the axis takes), bitwise, for 1, 2 and 3
+    threads; ties and NaN abound. Large enough for the prefetching row walk and for threads."""
+    rng = np.random.default_rng(12)
+    d = rng.integers(-3, 4, data_shape).astype(dtype)
+    u = rng.integers(-3, 4, index_shape).astype(dtype)
+    d[rng.random(data_shape) < 0.01] = np.nan
+    u[rng.random(index_shape) < 0.01] = np.nan
+    i = rng.integers(-data_shape[axis], data_shape[axis], index_shape)
+    g = rng.standard_normal(data_shape).astype(dtype)
+    previous = sx.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 3):
+            sx.set_num_threads(threads)
+            results.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
+        monkeypatch.setattr(_autodiff, "_NATIVE_TIES_LIMIT", dict.fromkeys(_autodiff._NATIVE_TIES_LIMIT, 0))
+        results.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
+    finally:
+        sx.set_num_threads(previous)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
+    assert (results[0][1] != 0).any() and (results[0][0] == 0).any()  # ties taken and lost
+
+
 @pytest.mark.parametrize("ishape", [(0, 3, 0), (0, 3, 4), (2, 3, 0)])
 def test_mul_backward_with_empty_indices(ishape):
     """No update: dD = G, dU is empty (empty arrays may carry any strides)."""

@@ -193,10 +193,18 @@ def _backward_mul(res: ScatterResiduals, g: np.ndarray, cdt):
     return _kernels.mul_backward(gc, d, res.indices, res.updates, res.axis)
 
 
+# The native backward of max/min counts the ties at a target in the compute type: exact below
+# 2^24 (float32) or 2^53 (float64). An index at least this long along the axis goes the NumPy
+# way, which counts in integers.
+_NATIVE_TIES_LIMIT = {np.dtype(np.float32): 2**24 - 1, np.dtype(np.float64): 2**53 - 1}
+
+
 def _backward_extremum(res: ScatterResiduals, g: np.ndarray, cdt):
     idx, axis = res.indices, res.axis
+    if idx.shape[axis] < _NATIVE_TIES_LIMIT[np.dtype(cdt)]:
+        gc = np.ascontiguousarray(g, dtype=cdt)
+        return _kernels.extremum_backward(gc, res.data_ties, idx, res.update_ties, axis)
     gc = g.astype(cdt, copy=False)
-    # The ties are counted in integers: exact, and their scatter is cheaper than a float one.
     count = np.int32 if idx.size < 2**31 else np.int64
     ties = res.data_ties.astype(count)
     _scatter(ties, idx, res.update_ties.astype(count), axis, "add", out=ties)

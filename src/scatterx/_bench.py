@@ -33,7 +33,10 @@ from ._bench_cases import CASES, Case, build_inputs, moved_bytes, select, touche
 from ._bench_peers import IMPLEMENTATIONS, Impl, Unsupported, _prepare_scatterx
 
 _RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-2, "bfloat16": 8e-2}
-_MEMORY_CASES = ("mp_add", "rows_none", "max0", "hist_add", "mid_mul", "gather_mp", "gather_rows")
+_MEMORY_CASES = (
+    "mp_add", "rows_none", "max0", "hist_add", "mid_mul", "gather_mp", "gather_rows",
+    "vjp_none", "vjp_add", "vjp_mul", "vjp_max", "vjp_gather",
+)
 _INPLACE_CASES = ("mp_add", "rows_none", "max0", "hist_add", "mid_mul")
 
 

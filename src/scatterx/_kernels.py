@@ -83,6 +83,32 @@ def take_last_writer(grad_output: np.ndarray, indices: np.ndarray, axis: int) ->
     return grad_data, grad_updates
 
 
+def extremum_backward(
+    grad: np.ndarray, data_ties: np.ndarray, indices: np.ndarray, update_ties: np.ndarray, axis: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The backward of reductions "max" and "min" for the output gradient `grad` (G, float32 or
+    float64, C-contiguous) and the tie masks (bool: where data, and which updates, equal the
+    result).
+
+    Returns ``(grad_data, grad_updates)``: G divided evenly among data and the updates that tie
+    at each target (+0 for those that do not), in one native pass per block of fibers; the
+    fibers of data that no fiber of the indices reaches (G where data ties) are set here.
+    """
+    data_ties = np.ascontiguousarray(data_ties, dtype=np.bool_)
+    update_ties = np.ascontiguousarray(update_ties, dtype=np.bool_)
+    grad_data = new_array(grad.shape, grad.dtype)
+    grad_updates = new_array(indices.shape, grad.dtype)
+    bad = _core.extremum_backward(grad, data_ties, indices, update_ties, grad_data, grad_updates, axis)
+    if bad >= 0:
+        raise_out_of_bounds(indices, bad, axis, grad.shape[axis])
+    for dim, n in enumerate(indices.shape):
+        if dim != axis and n < grad.shape[dim]:
+            beyond = (slice(None),) * dim + (slice(n, None),)
+            np.copyto(grad_data[beyond], grad[beyond])
+            grad_data[beyond][~data_ties[beyond]] = 0
+    return grad_data, grad_updates
+
+
 def mul_backward(
     grad: np.ndarray, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int,
 ) -> tuple[np.ndarray, np.ndarray]:
