@@ -315,44 +315,62 @@ int64_t mul_backward_py(nb::handle g_h, nb::handle d_h, nb::handle indices_h, nb
     return bad;
 }
 
+bool c_contiguous(const View& v) {
+    if (volume(v.shape, v.ndim) == 0) return true;  // no element: strides are arbitrary
+    int64_t step = v.itemsize;
+    for (int d = v.ndim - 1; d >= 0; --d) {
+        if (v.shape[d] > 1 && v.strides[d] != step) return false;
+        step *= v.shape[d];
+    }
+    return true;
+}
+
 // The backward of "max"/"min" (see extremum_backward): from G (the output gradient, in the
-// compute type float32 or float64) and the tie masks (bool: data_ties in data's shape,
-// update_ties in indices'), writes grad_data and grad_updates. G, grad_data and data_ties are
-// C-contiguous in one shape, update_ties and grad_updates in indices'. Returns -1 or the first
-// bad flat position.
-int64_t extremum_backward_py(nb::handle g_h, nb::handle data_ties_h, nb::handle indices_h, nb::handle update_ties_h,
-                             nb::handle grad_data_h, nb::handle grad_updates_h, int axis) {
-    View G = view(g_h, "G"), dt = view(data_ties_h, "data_ties"), idx = view(indices_h, "indices");
-    View ut = view(update_ties_h, "update_ties"), dD = view(grad_data_h, "grad_data", true);
+// compute type float32 or float64) and what ties, writes grad_data and grad_updates. What ties
+// comes either from the residuals' masks (bool: A = data_ties in data's shape, B = update_ties
+// in indices'; C None) or from the values (A = data, B = updates, C = the forward result, all of
+// data's dtype, `type_code`). G, grad_data, A and C are C-contiguous in one shape, B and
+// grad_updates in indices'. Returns -1 or the first bad flat position.
+int64_t extremum_backward_py(nb::handle g_h, nb::handle a_h, nb::handle indices_h, nb::handle b_h, nb::handle c_h,
+                             nb::handle grad_data_h, nb::handle grad_updates_h, int axis, int type_code) {
+    View G = view(g_h, "G"), A = view(a_h, "data"), idx = view(indices_h, "indices");
+    View B = view(b_h, "updates"), dD = view(grad_data_h, "grad_data", true);
     View gu = view(grad_updates_h, "grad_updates", true);
+    const bool masks = c_h.is_none();
+    View C = masks ? A : view(c_h, "output");
     check_geometry(dD, idx, axis);
-    auto contiguous = [](const View& v) {
-        if (volume(v.shape, v.ndim) == 0) return true;  // no element: strides are arbitrary
-        int64_t step = v.itemsize;
-        for (int d = v.ndim - 1; d >= 0; --d) {
-            if (v.shape[d] > 1 && v.strides[d] != step) return false;
-            step *= v.shape[d];
-        }
-        return true;
-    };
-    if (!same_layout(dD, G) || !same_shape(dD, dt) || !same_shape(idx, ut) || !same_shape(idx, gu) ||
-        dt.itemsize != 1 || ut.itemsize != 1 || gu.itemsize != dD.itemsize || !contiguous(dD) || !contiguous(dt) ||
-        !contiguous(ut) || !contiguous(gu))
+    const int64_t vsize = masks ? 1 : type_itemsize(type_code);
+    if (!same_layout(dD, G) || !same_shape(dD, A) || !same_shape(dD, C) || !same_shape(idx, B) ||
+        !same_shape(idx, gu) || A.itemsize != vsize || B.itemsize != vsize || C.itemsize != vsize ||
+        gu.itemsize != dD.itemsize || !c_contiguous(dD) || !c_contiguous(A) || !c_contiguous(B) ||
+        !c_contiguous(C) || !c_contiguous(gu))
         throw std::invalid_argument("scatterx._core: shape, layout or element size mismatch");
     int64_t bad = -1;
     dispatch_index(int(idx.itemsize), [&](auto it) {
         using I = typename decltype(it)::type;
         MaybeRelease release(worth_releasing(dD, idx));
-        Geometry g = make_geometry(idx.shape, idx.ndim, axis, dD.strides, idx.strides, ut.strides, dD.shape[axis]);
-        const auto* dties = reinterpret_cast<const uint8_t*>(dt.data);
-        const auto* uties = reinterpret_cast<const uint8_t*>(ut.data);
-        bool ok = true;
-        if (dD.itemsize == 4)
-            ok = extremum_backward<float, I>(g, dD.data, G.data, dties, idx.data, uties, gu.data);
-        else if (dD.itemsize == 8)
-            ok = extremum_backward<double, I>(g, dD.data, G.data, dties, idx.data, uties, gu.data);
-        else
+        Geometry g = make_geometry(idx.shape, idx.ndim, axis, dD.strides, idx.strides, B.strides, dD.shape[axis]);
+        auto run = [&](const auto& ties) {
+            if (dD.itemsize == 4)
+                return extremum_backward<float, I>(g, dD.data, G.data, ties, idx.data, B.data, vsize, gu.data);
+            if (dD.itemsize == 8)
+                return extremum_backward<double, I>(g, dD.data, G.data, ties, idx.data, B.data, vsize, gu.data);
             throw std::invalid_argument("scatterx._core: extremum_backward needs float32 or float64");
+        };
+        bool ok = true;
+        if (masks) {
+            ok = run(MaskTies{reinterpret_cast<const uint8_t*>(A.data), reinterpret_cast<const uint8_t*>(B.data)});
+        } else {
+            dispatch_type(type_code, element_types{}, [&](auto tt) {
+                using V = typename decltype(tt)::type;
+                if constexpr (std::is_same_v<V, float> || std::is_same_v<V, double> || std::is_same_v<V, float16> ||
+                              std::is_same_v<V, bfloat16>)
+                    ok = run(ValueTies<V>{reinterpret_cast<const V*>(A.data), reinterpret_cast<const V*>(B.data),
+                                          reinterpret_cast<const V*>(C.data)});
+                else
+                    throw std::invalid_argument("scatterx._core: extremum_backward needs a float data type");
+            });
+        }
         if (!ok) bad = find_bad_index<I>(idx.data, idx.shape, idx.strides, idx.ndim, dD.shape[axis]);
     });
     return bad;
@@ -589,8 +607,9 @@ NB_MODULE(_core, m) {
           nb::arg("axis"), nb::arg("reduction"));
     m.def("gather_fast", &gather_fast, nb::arg("data"), nb::arg("indices"), nb::arg("axis"));
     m.def("set_bfloat16_type", [](int num) { bfloat16_type_num = num; }, nb::arg("type_num"));
-    m.def("extremum_backward", &extremum_backward_py, nb::arg("G"), nb::arg("data_ties"), nb::arg("indices"),
-          nb::arg("update_ties"), nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"));
+    m.def("extremum_backward", &extremum_backward_py, nb::arg("G"), nb::arg("data"), nb::arg("indices"),
+          nb::arg("updates"), nb::arg("output").none(), nb::arg("grad_data"), nb::arg("grad_updates"),
+          nb::arg("axis"), nb::arg("type_code"));
     m.def("take_last_writer", &take_last_writer_py, nb::arg("grad_output"), nb::arg("indices"),
           nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"));
     m.def("mul_backward", &mul_backward_py, nb::arg("G"), nb::arg("D"), nb::arg("indices"), nb::arg("updates"),

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import oracle
 import scatterx as sx
 from scatterx import _autodiff
+from scatterx._rules import scatter_call
 
 torch = pytest.importorskip("torch")
 
@@ -537,9 +538,11 @@ def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, 
     [((20_000, 16), (40_000, 16), 0), ((20_000, 16), (30_000, 9), 0), ((16, 3_000), (12, 5_000), 1)],
 )
 def test_extremum_backward_native_and_numpy_agree(monkeypatch, reduction, dtype, data_shape, index_shape, axis):
-    """The native pass (ties counted in the compute type) against the NumPy way (counted in
-    integers, which an index of 2^24 or more along the axis takes), bitwise, for 1, 2 and 3
-    threads; ties and NaN abound. Large enough for the prefetching row walk and for threads."""
+    """The native pass (ties counted in the compute type), comparing values itself (a single
+    call) or reading the residuals' tie masks (a forward kept for its backward), against the
+    NumPy way (counted in integers, which an index of 2^24 or more along the axis takes),
+    bitwise, for 1, 2 and 3 threads; ties and NaN abound. Large enough for the prefetching row
+    walk and for threads."""
     rng = np.random.default_rng(12)
     d = rng.integers(-3, 4, data_shape).astype(dtype)
     u = rng.integers(-3, 4, index_shape).astype(dtype)
@@ -553,6 +556,8 @@ def test_extremum_backward_native_and_numpy_agree(monkeypatch, reduction, dtype,
         for threads in (1, 2, 3):
             sx.set_num_threads(threads)
             results.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
+            residuals = _autodiff.scatter_residuals(scatter_call(d, i, u, axis, reduction))
+            results.append(_autodiff.scatter_backward(residuals, g))
         monkeypatch.setattr(_autodiff, "_NATIVE_TIES_LIMIT", dict.fromkeys(_autodiff._NATIVE_TIES_LIMIT, 0))
         results.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
     finally:

@@ -203,7 +203,7 @@ def _backward_extremum(res: ScatterResiduals, g: np.ndarray, cdt):
     idx, axis = res.indices, res.axis
     if idx.shape[axis] < _NATIVE_TIES_LIMIT[np.dtype(cdt)]:
         gc = np.ascontiguousarray(g, dtype=cdt)
-        return _kernels.extremum_backward(gc, res.data_ties, idx, res.update_ties, axis)
+        return _kernels.extremum_backward(gc, idx, axis, ties=(res.data_ties, res.update_ties))
     gc = g.astype(cdt, copy=False)
     count = np.int32 if idx.size < 2**31 else np.int64
     ties = res.data_ties.astype(count)
@@ -292,6 +292,16 @@ def scatter_elements_vjp(grad_output, data, indices, updates, axis=0, reduction=
                 f"output must have data's shape {call.data.shape} and dtype {call.data.dtype}, "
                 f"got shape {output.shape} and dtype {output.dtype}"
             )
+    cdt = compute_dtype(call.data.dtype)
+    if call.reduction in _TIE_REDUCTIONS and call.indices.shape[call.axis] < _NATIVE_TIES_LIMIT[cdt]:
+        # The kernel compares data and updates with the result itself: no tie masks, which the
+        # residuals keep between a forward and its backward, are made for a single call.
+        g = _cotangent(grad_output, call.data.shape, call.data.dtype, "data")
+        y = _kernels.scatter(call, None) if output is None else output
+        grad_data, grad_updates = _kernels.extremum_backward(
+            np.ascontiguousarray(g, dtype=cdt), call.indices, call.axis, values=(call.data, call.updates, y)
+        )
+        return _finish(grad_data, call.data.dtype, 1.0), _finish(grad_updates, call.data.dtype, 1.0)
     return scatter_backward(scatter_residuals(call, output), grad_output)
 
 

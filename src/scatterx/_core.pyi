@@ -24,8 +24,8 @@ def take_last_writer(
     grad_output: np.ndarray, indices: np.ndarray, grad_data: np.ndarray, grad_updates: np.ndarray, axis: int,
 ) -> int: ...
 def extremum_backward(
-    G: np.ndarray, data_ties: np.ndarray, indices: np.ndarray, update_ties: np.ndarray, grad_data: np.ndarray,
-    grad_updates: np.ndarray, axis: int,
+    G: np.ndarray, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, output: np.ndarray | None,
+    grad_data: np.ndarray, grad_updates: np.ndarray, axis: int, type_code: int,
 ) -> int: ...
 def mul_backward(
     G: np.ndarray, D: np.ndarray, indices: np.ndarray, updates: np.ndarray, grad_data: np.ndarray,

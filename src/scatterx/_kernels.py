@@ -84,28 +84,34 @@ def take_last_writer(grad_output: np.ndarray, indices: np.ndarray, axis: int) ->
 
 
 def extremum_backward(
-    grad: np.ndarray, data_ties: np.ndarray, indices: np.ndarray, update_ties: np.ndarray, axis: int,
+    grad: np.ndarray, indices: np.ndarray, axis: int, *, ties: tuple | None = None, values: tuple | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The backward of reductions "max" and "min" for the output gradient `grad` (G, float32 or
-    float64, C-contiguous) and the tie masks (bool: where data, and which updates, equal the
-    result).
+    float64, C-contiguous), given what ties with the result: `ties`, the residuals' masks
+    ``(data_ties, update_ties)`` (bool), or `values`, ``(data, updates, output)`` of data's
+    dtype, compared in the kernel (NaN ties with NaN).
 
     Returns ``(grad_data, grad_updates)``: G divided evenly among data and the updates that tie
     at each target (+0 for those that do not), in one native pass per block of fibers; the
     fibers of data that no fiber of the indices reaches (G where data ties) are set here.
     """
-    data_ties = np.ascontiguousarray(data_ties, dtype=np.bool_)
-    update_ties = np.ascontiguousarray(update_ties, dtype=np.bool_)
+    if ties is not None:
+        a, b = (np.ascontiguousarray(m, dtype=np.bool_) for m in ties)
+        c, code = None, 0
+    else:
+        a, b, c = (np.ascontiguousarray(v) for v in values)
+        code = _TYPE_CODES[a.dtype]
     grad_data = new_array(grad.shape, grad.dtype)
     grad_updates = new_array(indices.shape, grad.dtype)
-    bad = _core.extremum_backward(grad, data_ties, indices, update_ties, grad_data, grad_updates, axis)
+    bad = _core.extremum_backward(grad, a, indices, b, c, grad_data, grad_updates, axis, code)
     if bad >= 0:
         raise_out_of_bounds(indices, bad, axis, grad.shape[axis])
     for dim, n in enumerate(indices.shape):
         if dim != axis and n < grad.shape[dim]:
             beyond = (slice(None),) * dim + (slice(n, None),)
             np.copyto(grad_data[beyond], grad[beyond])
-            grad_data[beyond][~data_ties[beyond]] = 0
+            tie = a[beyond] if c is None else (a[beyond] == c[beyond]) | (np.isnan(a[beyond]) & np.isnan(c[beyond]))
+            grad_data[beyond][~tie] = 0
     return grad_data, grad_updates
 
 

@@ -1043,6 +1043,38 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
     return !bad.load();
 }
 
+// Which data elements and which updates tie with the result: from the one-byte masks of the
+// residuals (MaskTies), or compared on the spot with the result (ValueTies; see there).
+struct MaskTies {
+    const uint8_t* dties;  // at dD's element positions
+    const uint8_t* uties;  // at dU's element positions
+    static constexpr bool compares = false;
+    uint8_t data(int64_t t) const { return dties[t]; }
+    uint8_t update(int64_t q, int64_t) const { return uties[q]; }
+    template <class T> uint8_t noted(const T*, int64_t q) const { return uties[q]; }
+    void prefetch(int64_t) const {}
+};
+// The ties of data D, updates U and the result Y (of the data type V, C-contiguous: D and Y at
+// dD's element positions, U at dU's), NaN tying with NaN. A first walk leaves each update's tie
+// in dU as 0 or 1, which the others read back.
+template <class V> struct ValueTies {
+    static constexpr bool compares = true;
+    const V *D, *U, *Y;
+    static float wide(V x) {
+        if constexpr (std::is_same_v<V, float16>) return half_to_float(x.bits);
+        else if constexpr (std::is_same_v<V, bfloat16>) return bf16_to_float(x.bits);
+        else return x;
+    }
+    static uint8_t same(V a, V y) {
+        const auto wa = wide(a), wy = wide(y);
+        return uint8_t((wa == wy) | ((wa != wa) & (wy != wy)));
+    }
+    uint8_t data(int64_t t) const { return same(D[t], Y[t]); }
+    uint8_t update(int64_t q, int64_t t) const { return same(U[q], Y[t]); }
+    template <class T> uint8_t noted(const T* gu, int64_t q) const { return uint8_t(gu[q] != T(0)); }
+    void prefetch(int64_t t) const { __builtin_prefetch(Y + t); }  // the result at a later target
+};
+
 // The backward of "max" and "min" for the compute type T (float or double): G's share of
 // each target goes, evenly, to data there and to every update that ties with the result, with
 // no temporaries. Three native passes: by blocks of fibers, dD = 1 where data ties (else 0),
@@ -1050,16 +1082,16 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
 // per fiber for float, which the caller ensures), dD = G / count; by ranges of axis positions
 // (whole rows of indices per thread, as a gather), each tying update takes its target's share
 // (+0 the others); by blocks of fibers, dD = +0 where data does not tie. Arrays: dD (written)
-// is array 0 of the geometry, G C-contiguous like it and the byte mask dties (1: data ties)
-// at dD's element positions; the byte mask uties (array 2) is C-contiguous in indices' shape,
-// and dU (written) at its element positions. Before stop 14 this was six NumPy passes with
-// temporaries of 47 % of vjp_max's inputs. Only the fibers of dD that a fiber of the indices
+// is array 0 of the geometry, G C-contiguous like it; array 2 (`uties`, elements of `usize`
+// bytes) is the update masks or the updates, C-contiguous in indices' shape, and dU (written)
+// at its element positions; `ties` says what ties. Before stop 14 this was six NumPy passes
+// with temporaries of 47 % of vjp_max's inputs. Only the fibers of dD that a fiber of the indices
 // reaches are written (the caller sets the others). Returns false when an out-of-bounds index
 // was met (skipped).
-template <class T, class I>
-bool extremum_backward(const Geometry& g, char* dD, const char* G, const uint8_t* dties, const char* indices,
-                       const uint8_t* uties, char* dU) {
-    char* base[4] = {dD, const_cast<char*>(indices), reinterpret_cast<char*>(const_cast<uint8_t*>(uties)), dD};
+template <class T, class I, class Ties>
+bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& ties, const char* indices,
+                       const char* uties, int64_t usize, char* dU) {
+    char* base[4] = {dD, const_cast<char*>(indices), const_cast<char*>(uties), dD};
     const FiberSpace fs = fiber_space(g);
     if (fs.nfib == 0) return true;
     constexpr int64_t N = sizeof(T);
@@ -1072,29 +1104,36 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const uint8_t
     // Calls f(element of dD, element of uties and dU) for every update of rows [j0, j1) of a
     // block of `count` fibers at p (strides in[]): row by row when the axis comes before the
     // fibers, else fiber by fiber.
-    auto walk = [&](char* const* p, int64_t count, const int64_t* in, int64_t j0, int64_t j1, bool& local_bad, auto&& f) {
+    // `compare`: the walk that compares with the result (ValueTies), which it prefetches instead
+    // of dD.
+    auto walk = [&](char* const* p, int64_t count, const int64_t* in, int64_t j0, int64_t j1, bool compare,
+                    bool& local_bad, auto&& f) {
         const int64_t size = g.axis_size, dstr = g.axis_stride;
         const int64_t* astr = fs.astr;
-        const int64_t t0 = (p[0] - dD) / N, u0 = p[2] - reinterpret_cast<const char*>(uties), rstr = dstr / N;
+        const int64_t t0 = (p[0] - dD) / N, u0 = (p[2] - uties) / usize, rstr = dstr / N;
         T* const out = reinterpret_cast<T*>(dD);
         const bool rows = axis_outer && count > 1;
-        if (rows && in[0] == N && in[1] == int64_t(sizeof(I)) && in[2] == 1) {
+        if (rows && in[0] == N && in[1] == int64_t(sizeof(I)) && in[2] == usize) {
             // This block's share of later rows, when it is only a part of each row (see
             // scatter_rows: the hardware prefetcher does not follow that).
             const bool part = astr[1] != count * int64_t(sizeof(I));
             for (int64_t j = j0; j < j1; ++j) {
                 if (part && j + kStreamRows < j1) {
                     prefetch_lines(p[1] + (j + kStreamRows) * astr[1], count * int64_t(sizeof(I)));
-                    prefetch_lines(p[2] + (j + kStreamRows) * astr[2], count);
-                    prefetch_lines(dU + (u0 + (j + kStreamRows) * astr[2]) * N, count * N);
+                    prefetch_lines(p[2] + (j + kStreamRows) * astr[2], count * usize);
+                    prefetch_lines(dU + (u0 + (j + kStreamRows) * astr[2] / usize) * N, count * N);
                 }
                 if (far && j + kPrefetchRows < j1) {
                     // Random rows: ask for the targets of a later row now.
                     const I* ahead = reinterpret_cast<const I*>(p[1] + (j + kPrefetchRows) * astr[1]);
                     for (int64_t k = 0; k < count; ++k)
-                        if (in_bounds(ahead[k], size)) __builtin_prefetch(out + t0 + k + normalise(ahead[k], size) * rstr, 1);
+                        if (in_bounds(ahead[k], size)) {
+                            const int64_t t = t0 + k + normalise(ahead[k], size) * rstr;
+                            if (compare) ties.prefetch(t);
+                            else __builtin_prefetch(out + t, 1);
+                        }
                 }
-                const int64_t q0 = u0 + j * astr[2];
+                const int64_t q0 = u0 + j * astr[2] / usize;
                 each_index(reinterpret_cast<const I*>(p[1] + j * astr[1]), count, size, local_bad,
                            [&](int64_t k, int64_t v) { f(t0 + k + v * rstr, q0 + k); });
             }
@@ -1106,7 +1145,7 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const uint8_t
                 const int64_t j = j0 + (rows ? x : y), k = rows ? y : x;  // axis position, fiber
                 const I raw = *reinterpret_cast<const I*>(p[1] + j * astr[1] + k * in[1]);
                 if (!in_bounds(raw, size)) { local_bad = true; continue; }
-                f(t0 + (k * in[0] + normalise(raw, size) * dstr) / N, u0 + j * astr[2] + k * in[2]);
+                f(t0 + (k * in[0] + normalise(raw, size) * dstr) / N, u0 + (j * astr[2] + k * in[2]) / usize);
             }
     };
     // Calls f(element of dD) for every element of a block, the smaller stride innermost.
@@ -1131,21 +1170,30 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const uint8_t
         std::memcpy(&x, &b, N);
         return x;
     };
+    if constexpr (Ties::compares) {
+        // Each update's tie into dU, by ranges of axis positions (as a gather reads the result).
+        parallel_blocks(fs, base, 1, rparts, [&](char* const* p, int64_t count, const int64_t* in, int xp, int xn) {
+            bool local_bad = false;
+            auto [j0, j1] = split_range(fs.na, xp, xn);
+            walk(p, count, in, j0, j1, true, local_bad, [&](int64_t t, int64_t q) { gu[q] = T(ties.update(q, t)); });
+            if (local_bad) bad.store(true, std::memory_order_relaxed);
+        });
+    }
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
-        each_position(p, count, in, [&](int64_t t) { out[t] = T(dties[t]); });
-        walk(p, count, in, 0, fs.na, local_bad, [&](int64_t t, int64_t q) { out[t] += T(uties[q]); });
+        each_position(p, count, in, [&](int64_t t) { out[t] = T(ties.data(t)); });
+        walk(p, count, in, 0, fs.na, false, local_bad, [&](int64_t t, int64_t q) { out[t] += T(ties.noted(gu, q)); });
         each_position(p, count, in, [&](int64_t t) { out[t] = grad[t] / out[t]; });
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
     parallel_blocks(fs, base, 1, rparts, [&](char* const* p, int64_t count, const int64_t* in, int xp, int xn) {
         bool local_bad = false;
         auto [j0, j1] = split_range(fs.na, xp, xn);
-        walk(p, count, in, j0, j1, local_bad, [&](int64_t t, int64_t q) { gu[q] = keep(out[t], uties[q]); });
+        walk(p, count, in, j0, j1, false, local_bad, [&](int64_t t, int64_t q) { gu[q] = keep(out[t], ties.noted(gu, q)); });
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
-        each_position(p, count, in, [&](int64_t t) { out[t] = keep(out[t], dties[t]); });
+        each_position(p, count, in, [&](int64_t t) { out[t] = keep(out[t], ties.data(t)); });
     });
     return !bad.load();
 }
