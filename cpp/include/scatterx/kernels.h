@@ -1050,7 +1050,6 @@ struct MaskTies {
     const uint8_t* uties;  // at dU's element positions
     static constexpr bool compares = false;
     uint8_t data(int64_t t) const { return dties[t]; }
-    uint8_t update(int64_t q, int64_t) const { return uties[q]; }
     template <class T> uint8_t noted(const T*, int64_t q) const { return uties[q]; }
     void prefetch(int64_t) const {}
 };
