@@ -917,9 +917,11 @@ inline char* thread_scratch(int64_t bytes) {
 
 // The residuals S of the backward of "mul" (below) live in a per-thread scratch of this many
 // bytes, a group of whole fibers at a time: room for a whole block of vjp_mul's (128 fibers of
-// 2 KB). Measured in alternating processes against a data-sized S (three rounds each): 12.4-12.9
-// against 11.1-12.8 ms, within noise; with 128 KB (two groups per block) 15.2-15.6 against
-// 13.9-15.1 ms on a slower stretch. What it saves is memory: no array as large as data per call.
+// 2 KB). Measured in alternating processes against a data-sized S: 12.4-12.9 against 11.1-12.8
+// ms in three rounds, but 15.2-16.5 against 11.1-15.7 ms in four rounds an hour later, so it
+// may cost up to a fifth of vjp_mul's time; with 128 KB (two groups per block) 15.2-15.6
+// against 13.9-15.1 ms. What it saves is memory: no array as large as data per call (SPEC
+// section 8 allows 5 % of the inputs beyond the outputs; the data-sized S was 29 %).
 inline constexpr int64_t kMulScratchBytes = int64_t(256) << 10;
 
 // The backward of "mul", without division (zeros and duplicates stay exact), for the compute
