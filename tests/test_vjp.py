@@ -461,6 +461,22 @@ def test_random_shapes_against_the_literal_oracle(data):
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=0)
 
 
+def _vjp_on_1_2_3_threads(g, d, i, u, axis, reduction):
+    """scatter_elements_vjp on 1, 2 and 3 threads, asserted bitwise the same; the gradients."""
+    previous = sx.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 3):
+            sx.set_num_threads(threads)
+            results.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
+    finally:
+        sx.set_num_threads(previous)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    return results[0]
+
+
 @pytest.mark.parametrize("axis", [1, 2])
 def test_mul_backward_in_parallel_is_thread_independent_and_matches_torch(axis):
     """Large enough for several threads: bitwise the same for 1, 2 and 3 threads, and close
@@ -472,18 +488,8 @@ def test_mul_backward_in_parallel_is_thread_independent_and_matches_torch(axis):
     i = rng.integers(-d.shape[axis], d.shape[axis], ishape)
     u = rng.uniform(0.5, 1.5, ishape)
     g = rng.standard_normal(d.shape)
-    previous = sx.get_num_threads()
-    try:
-        results = []
-        for threads in (1, 2, 3):
-            sx.set_num_threads(threads)
-            results.append(sx.scatter_elements_vjp(g, d, i, u, axis, "mul"))
-    finally:
-        sx.set_num_threads(previous)
-    for other in results[1:]:
-        for a, b in zip(results[0], other):
-            np.testing.assert_array_equal(a, b)
-    for a, b in zip(results[0], _torch_vjp(g, d, i % d.shape[axis], u, axis, "mul")):
+    got = _vjp_on_1_2_3_threads(g, d, i, u, axis, "mul")
+    for a, b in zip(got, _torch_vjp(g, d, i % d.shape[axis], u, axis, "mul")):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
@@ -515,19 +521,9 @@ def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, 
     d, u = small(data_shape), small(index_shape)
     i = rng.integers(-size, size, index_shape).astype(np.int32)
     g = rng.standard_normal(data_shape).astype(dtype)
-    previous = sx.get_num_threads()
-    try:
-        results = []
-        for threads in (1, 2, 3):
-            sx.set_num_threads(threads)
-            results.append(sx.scatter_elements_vjp(g, d, i, u, axis, "mul"))
-    finally:
-        sx.set_num_threads(previous)
-    for other in results[1:]:
-        for a, b in zip(results[0], other):
-            np.testing.assert_array_equal(a, b)
+    got = _vjp_on_1_2_3_threads(g, d, i, u, axis, "mul")
     rtol = 1e-14 if dtype == np.float64 else 1e-12
-    for a, b in zip(results[0], oracle.scatter_elements_vjp(g, d, i, u, axis, "mul")):
+    for a, b in zip(got, oracle.scatter_elements_vjp(g, d, i, u, axis, "mul")):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=0)
 
 
@@ -550,22 +546,14 @@ def test_extremum_backward_native_and_numpy_agree(monkeypatch, reduction, dtype,
     u[rng.random(index_shape) < 0.01] = np.nan
     i = rng.integers(-data_shape[axis], data_shape[axis], index_shape)
     g = rng.standard_normal(data_shape).astype(dtype)
-    previous = sx.get_num_threads()
-    try:
-        results = []
-        for threads in (1, 2, 3):
-            sx.set_num_threads(threads)
-            results.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
-            residuals = _autodiff.scatter_residuals(scatter_call(d, i, u, axis, reduction))
-            results.append(_autodiff.scatter_backward(residuals, g))
-        monkeypatch.setattr(_autodiff, "_NATIVE_TIES_LIMIT", dict.fromkeys(_autodiff._NATIVE_TIES_LIMIT, 0))
-        results.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
-    finally:
-        sx.set_num_threads(previous)
-    for other in results[1:]:
-        for a, b in zip(results[0], other):
-            np.testing.assert_array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
-    assert (results[0][1] != 0).any() and (results[0][0] == 0).any()  # ties taken and lost
+    got = _vjp_on_1_2_3_threads(g, d, i, u, axis, reduction)
+    others = [_autodiff.scatter_backward(_autodiff.scatter_residuals(scatter_call(d, i, u, axis, reduction)), g)]
+    monkeypatch.setattr(_autodiff, "_NATIVE_TIES_LIMIT", dict.fromkeys(_autodiff._NATIVE_TIES_LIMIT, 0))
+    others.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
+    for other in others:
+        for a, b in zip(got, other):
+            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    assert (got[1] != 0).any() and (got[0] == 0).any()  # ties taken and lost
 
 
 @pytest.mark.parametrize("ishape", [(0, 3, 0), (0, 3, 4), (2, 3, 0)])
