@@ -83,6 +83,14 @@ def take_last_writer(grad_output: np.ndarray, indices: np.ndarray, axis: int) ->
     return grad_data, grad_updates
 
 
+def _unreached(index_shape: tuple, data_shape: tuple, axis: int):
+    """Slices of data that cover the fibers no fiber of the indices reaches (they may overlap):
+    along every non-axis dimension where the indices are shorter, the part beyond them."""
+    for dim, n in enumerate(index_shape):
+        if dim != axis and n < data_shape[dim]:
+            yield (slice(None),) * dim + (slice(n, None),)
+
+
 def extremum_backward(
     grad: np.ndarray, indices: np.ndarray, axis: int, *, ties: tuple | None = None, values: tuple | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -106,12 +114,10 @@ def extremum_backward(
     bad = _core.extremum_backward(grad, a, indices, b, c, grad_data, grad_updates, axis, code)
     if bad >= 0:
         raise_out_of_bounds(indices, bad, axis, grad.shape[axis])
-    for dim, n in enumerate(indices.shape):
-        if dim != axis and n < grad.shape[dim]:
-            beyond = (slice(None),) * dim + (slice(n, None),)
-            np.copyto(grad_data[beyond], grad[beyond])
-            tie = a[beyond] if c is None else (a[beyond] == c[beyond]) | (np.isnan(a[beyond]) & np.isnan(c[beyond]))
-            grad_data[beyond][~tie] = 0
+    for beyond in _unreached(indices.shape, grad.shape, axis):
+        np.copyto(grad_data[beyond], grad[beyond])
+        tie = a[beyond] if c is None else (a[beyond] == c[beyond]) | (np.isnan(a[beyond]) & np.isnan(c[beyond]))
+        grad_data[beyond][~tie] = 0
     return grad_data, grad_updates
 
 
@@ -135,10 +141,8 @@ def mul_backward(
     if bad >= 0:
         raise_out_of_bounds(indices, bad, axis, grad.shape[axis])
     one = np.conj(dtype.type(1))
-    for dim, n in enumerate(indices.shape):
-        if dim != axis and n < grad.shape[dim]:
-            beyond = (slice(None),) * dim + (slice(n, None),)
-            np.multiply(grad[beyond], one, out=grad_data[beyond])
+    for beyond in _unreached(indices.shape, grad.shape, axis):
+        np.multiply(grad[beyond], one, out=grad_data[beyond])
     return grad_data, grad_updates
 
 

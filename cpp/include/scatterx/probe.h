@@ -104,13 +104,13 @@ inline uint64_t touch_lines(char* table, int64_t nbytes, const int64_t* position
     const int parts = int(std::min<int64_t>(ThreadPool::instance().num_threads(), std::max<int64_t>(1, n / kTouchGrain)));
     const TouchRange walk{table,  uint64_t(nbytes - span), positions, n, (span + 63) / 64, std::max<int64_t>(1, ahead),
                           stream, stream_bytes,             span - 1};
+    auto walk_range = [&](int64_t lo, int64_t hi, std::atomic<int64_t>* progress) {
+        if (walk.lines == 1) return write ? walk.run<true, true>(lo, hi, progress) : walk.run<false, true>(lo, hi, progress);
+        return write ? walk.run<true, false>(lo, hi, progress) : walk.run<false, false>(lo, hi, progress);
+    };
     std::atomic<uint64_t> total{0};
     if (ordered) {
-        auto walk_all = [&](std::atomic<int64_t>* progress) {
-            if (walk.lines == 1) return write ? walk.run<true, true>(0, n, progress) : walk.run<false, true>(0, n, progress);
-            return write ? walk.run<true, false>(0, n, progress) : walk.run<false, false>(0, n, progress);
-        };
-        if (ThreadPool::instance().num_threads() < 2 || n < kTouchGrain) return walk_all(nullptr);
+        if (ThreadPool::instance().num_threads() < 2 || n < kTouchGrain) return walk_range(0, n, nullptr);
         // The stream as n values of `item` bytes (the last stream_bytes % n bytes left out).
         const int64_t item = stream_bytes / n;
         std::atomic<int64_t> progress{0};
@@ -120,7 +120,7 @@ inline uint64_t touch_lines(char* table, int64_t nbytes, const int64_t* position
                            item > 0 ? item : 8, n, progress);
                 return;
             }
-            total.store(walk_all(&progress), std::memory_order_relaxed);
+            total.store(walk_range(0, n, &progress), std::memory_order_relaxed);
             progress.store(n, std::memory_order_release);
         });
         return total.load();
@@ -129,8 +129,7 @@ inline uint64_t touch_lines(char* table, int64_t nbytes, const int64_t* position
         uint64_t sum = 0;
         for (int part = w; part < parts; part += nw) {
             auto [lo, hi] = split_range(n, part, parts);
-            if (walk.lines == 1) sum += write ? walk.run<true, true>(lo, hi) : walk.run<false, true>(lo, hi);
-            else sum += write ? walk.run<true, false>(lo, hi) : walk.run<false, false>(lo, hi);
+            sum += walk_range(lo, hi, nullptr);
         }
         total.fetch_add(sum, std::memory_order_relaxed);
     });
