@@ -344,3 +344,52 @@ def test_broadcast_index_rows_split_by_destination(dtype, reduction):
                                     reduction=reduction)
     finally:
         sx.set_num_threads(previous)
+
+
+@pytest.fixture
+def streaming_outputs():
+    """Gathers write every output by streaming stores (normally only outputs of 32 MB and more)."""
+    from scatterx import _core
+
+    before = _core.set_stream_output_bytes(0)
+    yield
+    _core.set_stream_output_bytes(before)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.float64, np.complex128])
+@pytest.mark.parametrize("shape", ["fiber", "rows", "one_target_rows"])
+@pytest.mark.parametrize("misaligned", [False, True])
+def test_gather_by_streaming_stores(streaming_outputs, restore_threads, threads, dtype, shape, misaligned):
+    # Every path of the gather that streams (elements of 4, 8 and 16 bytes; 1 and 2 store as
+    # usual), against NumPy: one long contiguous fiber, rows of random indices along axis 0, and
+    # rows of one target (a stride-0 index row), into an output that starts 16-byte aligned or not.
+    sx.set_num_threads(threads)
+    rng = np.random.default_rng(11)
+    if shape == "fiber":
+        data = (rng.standard_normal(5000) * 50).astype(dtype)
+        indices = rng.integers(-5000, 5000, 100_003)
+        axis = 0
+    else:
+        data = (rng.standard_normal((300, 37)) * 50).astype(dtype)
+        axis = 0
+        if shape == "rows":
+            indices = rng.integers(-300, 300, (4001, 37))
+        else:
+            indices = np.broadcast_to(rng.integers(-300, 300, (4001, 1)), (4001, 37))
+    want = np.take_along_axis(data, indices, axis)
+    buffer = np.zeros(want.size + 1, dtype)
+    out = buffer[1:] if misaligned else buffer[:-1]
+    out = out.reshape(want.shape)
+    got = sx.gather_elements(data, indices, axis, out=out)
+    assert got is out
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert buffer[0 if misaligned else -1] == 0  # nothing written outside out
+
+
+def test_streaming_gather_with_a_bad_index_raises(streaming_outputs):
+    data = np.arange(1000, dtype=np.float64)
+    indices = np.zeros(200_000, np.int64)
+    indices[123_457] = 1000
+    with pytest.raises(IndexError, match="123457"):
+        sx.gather_elements(data, indices)
