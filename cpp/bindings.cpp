@@ -621,6 +621,7 @@ NB_MODULE(_core, m) {
     m.def("first_bad_index", &first_bad_index, nb::arg("indices"), nb::arg("size"));
     m.def("set_num_threads", [](int n) { ThreadPool::instance().set_num_threads(n); }, nb::arg("n"));
     m.def("get_num_threads", [] { return ThreadPool::instance().num_threads(); });
-    m.def("set_stream_output_bytes", [](int64_t n) { return std::exchange(stream_output_bytes(), n); }, nb::arg("nbytes"),
-          "Sets the output size from which a gather writes by streaming stores; returns the previous one (for tests).");
+    m.def("set_stream_bytes", [](int64_t n) { return std::exchange(stream_bytes(), n); }, nb::arg("nbytes"),
+          "Sets the size of a call (all its arrays) beyond which its output is written by streaming stores; "
+          "returns the previous one (for tests).");
 }

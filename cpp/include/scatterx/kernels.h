@@ -424,27 +424,42 @@ inline void prefetch_lines(const char* p, int64_t bytes) {
     for (uintptr_t a = first; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a));
 }
 
+// Per-thread scratch of at least `bytes`, 64-byte aligned, kept for the thread's next calls (a
+// pool worker's lives as long as the pool).
+inline char* thread_scratch(int64_t bytes) {
+    struct Free { void operator()(char* q) const { std::free(q); } };
+    thread_local std::unique_ptr<char, Free> buffer;
+    thread_local int64_t held = 0;
+    if (held < bytes) {
+        const int64_t rounded = (bytes + 63) / 64 * 64;
+        buffer.reset(static_cast<char*>(std::aligned_alloc(64, size_t(rounded))));
+        if (!buffer) throw std::bad_alloc();
+        held = rounded;
+    }
+    return buffer.get();
+}
+
 // Streaming stores. A store to a line that is not in the cache first reads the line from
 // memory (to own it), so writing an output larger than the cache moves its bytes twice; a
 // non-temporal store writes the whole line without reading it, as the copy that measures the
-// bandwidth (memcpy of large arrays) does. A gather writes its output once, in order, and
-// nothing of it is read again by the call: with an output of at least kStreamOutputBytes it
-// stores this way. Measured in one process, the two ways alternating (two threads, medians of
-// 11-15 samples): 1e7 float64 from 1e5, 14.7 / 16.4 / 18.0 -> 13.4 / 13.9 / 15.8 ms in three
-// rounds; rows of the message-passing gather (400000 x 64 float32) 14.3 -> 11.8 ms, with int32
-// indices 13.5 -> 9.2 ms; a 25.6 MB output (200000 x 32 float32) no change, an 8 MB one
-// 6.4 -> 6.8 ms (it stays in the cache otherwise). 16-byte streaming stores gained nothing over
-// 8-byte ones. Elements of 1 or 2 bytes are stored as usual. The threshold: the 32 MB L3 of the
-// measuring machine's core complex (sysconf reports the whole socket's 256 MB there).
-inline constexpr int64_t kStreamOutputBytes = int64_t(32) << 20;
+// bandwidth (memcpy of large arrays) does. A call whose arrays together (the bytes it reads and
+// writes) exceed kStreamBytes cannot keep its output in the cache through the call anyway; it
+// writes the output this way: a gather directly, in order; a scatter whose fused copy works a
+// block of fibers at a time in a scratch (stage_rows). Measured in one process, the two ways
+// alternating (two threads, medians of 11-15 samples): gathers of 1e7 float64 from 1e5,
+// 14.7 / 16.4 / 18.0 -> 13.4 / 13.9 / 15.8 ms in three rounds; of the message-passing rows
+// (400000 x 64 float32) 14.3 -> 11.8 ms, with int32 indices 13.5 -> 9.2 ms; of 200000 x 32
+// from 100000 x 32 float32 (89 MB in all) a tie; of 64 x 256 x 128 from 64 x 512 x 128 float32
+// (32 MB in all) 6.5 / 7.5 -> 6.8 / 7.6 ms, so not for it. 16-byte streaming stores gained
+// nothing over 8-byte ones; elements of 1 or 2 bytes are stored as usual. The threshold: the
+// 32 MB L3 of the measuring machine's core complex (sysconf reports the whole socket's 256 MB).
+inline constexpr int64_t kStreamBytes = int64_t(32) << 20;
 // The threshold in force (tests lower it to reach the streaming paths with small arrays).
-inline int64_t& stream_output_bytes() {
-    static int64_t bytes = kStreamOutputBytes;
+inline int64_t& stream_bytes() {
+    static int64_t bytes = kStreamBytes;
     return bytes;
 }
-template <int64_t N> inline bool streams_output(int64_t out_bytes) {
-    return N >= 4 && N % 4 == 0 && out_bytes >= stream_output_bytes();
-}
+inline bool streams(int64_t footprint) { return footprint > stream_bytes(); }
 // One element of N bytes from src to dst, without reading dst's line into the cache.
 template <int64_t N> inline void stream_element(char* dst, const char* src) {
 #if defined(__x86_64__)
@@ -654,6 +669,30 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
     }
 }
 
+// The fused copy of a large call (see kStreamBytes), a block of fibers at a time when its target
+// rows (axis_size rows of `count` elements, contiguous in out) take at most kStageBytes: the rows
+// are copied from src into a per-thread scratch, the updates applied there (scatter_rows, in the
+// same order), and the rows written to out by streaming stores, so out's lines are never read.
+// Measured in one process, alternating with the fused copy into out (64 slabs of 512 x 128
+// float32, a mul of 256 x 128 updates each, two threads, medians of 15 samples): 6.1 / 5.5 / 5.3
+// / 4.8 -> 4.7 / 4.5 / 4.4 / 5.0 ms in four rounds. For single fibers (4096 rows of 1024 float32,
+// 256 updates each) the same stage gained nothing (2.6 / 2.4 -> 2.7 / 2.4 ms): not used there.
+inline constexpr int64_t kStageBytes = int64_t(256) << 10;
+
+template <class T, class I, Reduction R>
+void stage_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count, const int64_t* in, int64_t na,
+                const int64_t* astr, int64_t src_axis_stride) {
+    constexpr int64_t N = sizeof(T);
+    const int64_t row = count * N, size = sb.size;
+    char* scratch = thread_scratch(size * row);
+    for (int64_t a = 0; a < size; ++a) copy_run(scratch + a * row, N, p[3] + a * src_axis_stride, in[3], count, N);
+    char* const q[4] = {scratch, p[1], p[2], p[3]};
+    const int64_t inner[4] = {N, in[1], in[2], in[3]};
+    scatter_rows(ScatterBlock<T, I, R>{size, row, sb.bad}, q, count, inner, na, astr);
+    for (int64_t a = 0; a < size; ++a) stream_copy(p[0] + a * sb.ostr, scratch + a * row, row);
+    stream_fence();
+}
+
 // Returns false when an out-of-bounds index was met (it was skipped; the caller reports it).
 // With `src` (array 3 of the geometry, which must cover all fibers), each block of fibers first
 // copies its fibers of src into out, so the copy of data is fused with the scatter: the rows are
@@ -732,10 +771,15 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
         });
         return !bad.load();
     }
+    // A large call whose blocks of target rows fit the stage works in a scratch (stage_rows).
+    const int64_t footprint = 2 * fs.nfib * g.axis_size * N + volume(g.s.shape, g.s.ndim) * (N + int64_t(sizeof(I)));
+    const bool stage = src && axis_outer && streams(footprint);
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
         ScatterBlock<T, I, R> sb{g.axis_size, g.axis_stride, &local_bad};
-        if (count == 1 || !axis_outer) {
+        if (stage && count > 1 && in[0] == N && g.axis_size * count * N <= kStageBytes) {
+            stage_rows(sb, p, count, in, fs.na, fs.astr, g.src_axis_stride);
+        } else if (count == 1 || !axis_outer) {
             for (int64_t k = 0; k < count; ++k) {
                 if (src) copy_run(p[0] + k * in[0], g.axis_stride, p[3] + k * in[3], g.src_axis_stride, g.axis_size, N);
                 sb.fiber(p[0] + k * in[0], p[1] + k * in[1], p[2] + k * in[2], fs.na, fs.astr[1], fs.astr[2]);
@@ -813,8 +857,9 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
         // slab of a middle-axis call, in its own cache instead of both threads reading all.)
         std::swap(fparts, xparts);
     }
-    // A large output is written by streaming stores (see kStreamOutputBytes).
-    const bool stream = streams_output<N>(volume(g.s.shape, g.s.ndim) * N);
+    // The output of a large call is written by streaming stores (see kStreamBytes).
+    const int64_t positions = volume(g.s.shape, g.s.ndim);
+    const bool stream = streams(positions * (N + int64_t(sizeof(I))) + fs.nfib * g.axis_size * N);
     std::atomic<bool> bad{false};
     parallel_blocks(fs, base, fparts, xparts, [&](char* const* p, int64_t count, const int64_t* in,
                                                   int xp, int xn) {
@@ -981,21 +1026,6 @@ template <class T> inline T conj_of(const T& x) {
 template <class T> inline T one_of() {
     if constexpr (is_complex_v<T>) return T{1, 0};
     else return T(1);
-}
-
-// Per-thread scratch of at least `bytes`, 64-byte aligned, kept for the thread's next calls (a
-// pool worker's lives as long as the pool).
-inline char* thread_scratch(int64_t bytes) {
-    struct Free { void operator()(char* q) const { std::free(q); } };
-    thread_local std::unique_ptr<char, Free> buffer;
-    thread_local int64_t held = 0;
-    if (held < bytes) {
-        const int64_t rounded = (bytes + 63) / 64 * 64;
-        buffer.reset(static_cast<char*>(std::aligned_alloc(64, size_t(rounded))));
-        if (!buffer) throw std::bad_alloc();
-        held = rounded;
-    }
-    return buffer.get();
 }
 
 // The residuals S of the backward of "mul" (below) live in a per-thread scratch of this many
