@@ -425,7 +425,9 @@ inline void prefetch_lines(const char* p, int64_t bytes) {
 }
 
 // Per-thread scratch of at least `bytes`, 64-byte aligned, kept for the thread's next calls (a
-// pool worker's lives as long as the pool).
+// pool worker's lives as long as the pool). Null when it cannot be allocated: it is called on
+// the pool's workers, where an exception would end the process, so the caller falls back or
+// reports it after the parallel region.
 inline char* thread_scratch(int64_t bytes) {
     struct Free { void operator()(char* q) const { std::free(q); } };
     thread_local std::unique_ptr<char, Free> buffer;
@@ -433,8 +435,8 @@ inline char* thread_scratch(int64_t bytes) {
     if (held < bytes) {
         const int64_t rounded = (bytes + 63) / 64 * 64;
         buffer.reset(static_cast<char*>(std::aligned_alloc(64, size_t(rounded))));
-        if (!buffer) throw std::bad_alloc();
-        held = rounded;
+        held = buffer ? rounded : 0;
+        if (!buffer) return nullptr;
     }
     return buffer.get();
 }
@@ -679,18 +681,21 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
 // 256 updates each) the same stage gained nothing (2.6 / 2.4 -> 2.7 / 2.4 ms): not used there.
 inline constexpr int64_t kStageBytes = int64_t(256) << 10;
 
+// Returns false, having done nothing, when the scratch cannot be allocated.
 template <class T, class I, Reduction R>
-void stage_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count, const int64_t* in, int64_t na,
+bool stage_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count, const int64_t* in, int64_t na,
                 const int64_t* astr, int64_t src_axis_stride) {
     constexpr int64_t N = sizeof(T);
     const int64_t row = count * N, size = sb.size;
     char* scratch = thread_scratch(size * row);
+    if (!scratch) return false;
     for (int64_t a = 0; a < size; ++a) copy_run(scratch + a * row, N, p[3] + a * src_axis_stride, in[3], count, N);
     char* const q[4] = {scratch, p[1], p[2], p[3]};
     const int64_t inner[4] = {N, in[1], in[2], in[3]};
     scatter_rows(ScatterBlock<T, I, R>{size, row, sb.bad}, q, count, inner, na, astr);
     for (int64_t a = 0; a < size; ++a) stream_copy(p[0] + a * sb.ostr, scratch + a * row, row);
     stream_fence();
+    return true;
 }
 
 // Returns false when an out-of-bounds index was met (it was skipped; the caller reports it).
@@ -777,8 +782,8 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
         ScatterBlock<T, I, R> sb{g.axis_size, g.axis_stride, &local_bad};
-        if (stage && count > 1 && in[0] == N && g.axis_size * count * N <= kStageBytes) {
-            stage_rows(sb, p, count, in, fs.na, fs.astr, g.src_axis_stride);
+        if (stage && count > 1 && in[0] == N && g.axis_size * count * N <= kStageBytes &&
+            stage_rows(sb, p, count, in, fs.na, fs.astr, g.src_axis_stride)) {
         } else if (count == 1 || !axis_outer) {
             for (int64_t k = 0; k < count; ++k) {
                 if (src) copy_run(p[0] + k * in[0], g.axis_stride, p[3] + k * in[3], g.src_axis_stride, g.axis_size, N);
@@ -1069,7 +1074,7 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
     const bool grouped = g.axis_size * N <= kMulScratchBytes;
     std::unique_ptr<char[]> long_s(grouped ? nullptr : new char[size_t(extent)]);
     const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, g.axis_size)).first;
-    std::atomic<bool> bad{false};
+    std::atomic<bool> bad{false}, no_memory{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         // Locals, not captured variables (stores may alias those).
         const int64_t size = g.axis_size, dstr = g.axis_stride, na = fs.na;
@@ -1149,6 +1154,10 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
         if (grouped) {
             const int64_t per = size == 0 ? count : std::max<int64_t>(1, std::min(count, kMulScratchBytes / (size * N)));
             T* const scratch = reinterpret_cast<T*>(thread_scratch(per * size * N));
+            if (!scratch) {
+                no_memory.store(true, std::memory_order_relaxed);
+                return;
+            }
             for (int64_t k0 = 0; k0 < count; k0 += per) {
                 const int64_t c = std::min(per, count - k0);
                 group(k0, k0 + c, [&](int64_t a, int64_t k) -> T& { return scratch[a * c + (k - k0)]; });
@@ -1161,6 +1170,7 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
         }
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
+    if (no_memory.load()) throw std::bad_alloc();
     return !bad.load();
 }
 
