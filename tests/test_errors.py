@@ -160,6 +160,36 @@ def test_first_bad_index_in_row_major_order_of_a_large_array():
     assert_identical(out, np.ones((1000, 300)))
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("size", [1, 7, 1000, 2**31 - 1, 2**40])
+def test_bounds_check_by_runs_against_numpy(index_dtype, size):
+    """The bounds check tests runs of indices at once (any_out_of_bounds) and searches only a run
+    with a bad one: against NumPy's comparison, for values at both edges of the range and at the
+    limits of the index type, placed at the start, middle and end of a run and of the array."""
+    from scatterx import _core
+
+    info = np.iinfo(index_dtype)
+    edges = [-size, size - 1, 0]
+    bad_values = [-size - 1, size, info.min, info.max, info.min + 1, info.max - 1]
+    n = 5000  # several runs of 1024
+    rng = np.random.default_rng(size % 1000)
+    for value in bad_values:
+        if -size <= value < size or not info.min <= value <= info.max:
+            continue  # in range for this size, or not a value of the type
+        for position in (0, 1023, 1024, 2500, n - 1):
+            indices = rng.choice([v for v in edges if info.min <= v <= info.max], n).astype(index_dtype)
+            indices[position] = value
+            indices[min(n - 1, position + 7)] = value  # a later bad one must not be reported
+            wide = indices.astype(np.int64)
+            want = int(np.flatnonzero((wide < -size) | (wide >= size))[0])
+            assert _core.first_bad_index(indices, size) == want
+            assert _core.first_bad_index(indices[::-1], size) == int(
+                np.flatnonzero((wide[::-1] < -size) | (wide[::-1] >= size))[0]
+            )
+        clean = rng.choice([v for v in edges if info.min <= v <= info.max], n).astype(index_dtype)
+        assert _core.first_bad_index(clean, size) == -1
+
+
 # (name, call, exception, regex the message must match). data: 2x3 float64, indices 2x3.
 D = np.zeros((2, 3))
 I2 = np.array([[0, 1, 0], [1, 0, 1]])

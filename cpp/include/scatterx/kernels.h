@@ -110,6 +110,25 @@ template <class I> inline bool out_of_bounds(I v, int64_t size) {
     return int64_t(v) < -size || int64_t(v) >= size;
 }
 
+// Whether any of v[0..count) is outside [-size, size), without a branch or a compare per value:
+// with t = v + size (wrapping), a value is in bounds when t and 2 * size - 1 - t are both
+// non-negative, so the OR of those over the run has its sign bit set when one is not. Adds,
+// subtractions and ORs of 64-bit lanes exist in baseline x86-64 (SSE2), 64-bit compares do not:
+// the compiler vectorises this loop. (A value near the int64 limits wraps t negative, or, when
+// t does not wrap, makes 2 * size - 1 - t negative.)
+template <class I> inline bool any_out_of_bounds(const I* v, int64_t count, int64_t size) {
+    const uint64_t s = uint64_t(size), top = 2 * s - 1;
+    uint64_t acc = 0;
+    for (int64_t k = 0; k < count; ++k) {
+        const uint64_t t = uint64_t(int64_t(v[k])) + s;
+        acc |= t | (top - t);
+    }
+    return (acc >> 63) != 0;
+}
+// Runs of this many contiguous indices are checked by any_out_of_bounds; only a run that has a
+// bad one is searched value by value.
+inline constexpr int64_t kCheckRun = 1024;
+
 // First flat position (row-major over `shape`) whose index is outside [-size, size), or -1.
 template <class I>
 int64_t find_bad_index(const char* indices, const int64_t* shape, const int64_t* strides, int ndim,
@@ -142,8 +161,12 @@ int64_t find_bad_index(const char* indices, const int64_t* shape, const int64_t*
                 const char* q = p[0];
                 if (st == int64_t(sizeof(I))) {
                     const I* v = reinterpret_cast<const I*>(q);
-                    for (int64_t k = 0; k < count; ++k)
-                        if (out_of_bounds(v[k], size)) { first[part] = pos + k; found = true; return; }
+                    for (int64_t k0 = 0; k0 < count; k0 += kCheckRun) {
+                        const int64_t k1 = std::min(count, k0 + kCheckRun);
+                        if (!any_out_of_bounds(v + k0, k1 - k0, size)) continue;
+                        for (int64_t k = k0; k < k1; ++k)
+                            if (out_of_bounds(v[k], size)) { first[part] = pos + k; found = true; return; }
+                    }
                 } else {
                     for (int64_t k = 0; k < count; ++k) {
                         if (out_of_bounds(*reinterpret_cast<const I*>(q + k * st), size)) {
