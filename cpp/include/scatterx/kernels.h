@@ -930,8 +930,9 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             // get more reads than they have lines (as the scatter does for out=data): else each
             // line's first read is a miss at random (middle-axis gather, 64 x 256 x 128 from 64 x
             // 512 x 128 float32, two threads, in one process alternating: 9.4 / 7.3 / 7.7 ->
-            // 4.5 / 3.2 / 3.5 ms in three rounds; gathers of other shapes unchanged).
-            warm_rows(p[0], size, dstr, count * N, (j1 - j0) * count);
+            // 4.5 / 3.2 / 3.5 ms in three rounds; gathers of other shapes unchanged). Only rows
+            // whose `count` elements are contiguous (else the row's bytes are not all data's).
+            if (in[0] == N) warm_rows(p[0], size, dstr, count * N, (j1 - j0) * count);
             for (int64_t j = j0; j < j1; ++j) {
                 const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
                 char* op = p[2] + j * astr[2];
