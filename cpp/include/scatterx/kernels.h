@@ -473,7 +473,8 @@ inline char* thread_scratch(int64_t bytes) {
 // block of fibers at a time in a scratch (stage_rows). Measured in one process, the two ways
 // alternating (two threads, medians of 11-15 samples): gathers of 1e7 float64 from 1e5,
 // 14.7 / 16.4 / 18.0 -> 13.4 / 13.9 / 15.8 ms in three rounds; of the message-passing rows
-// (400000 x 64 float32) 14.3 -> 11.8 ms, with int32 indices 13.5 -> 9.2 ms; of 200000 x 32
+// (400000 x 64 float32) 14.3 -> 11.8 ms, in a later round 8.8 -> 8.6, with int32 indices
+// 13.5 -> 9.2 and 9.5 -> 8.8 ms; of 200000 x 32
 // from 100000 x 32 float32 (89 MB in all) a tie; of 64 x 256 x 128 from 64 x 512 x 128 float32
 // (32 MB in all) 6.5 / 7.5 -> 6.8 / 7.6 ms, so not for it. 16-byte streaming stores gained
 // nothing over 8-byte ones; elements of 1 or 2 bytes are stored as usual. The threshold: the
@@ -700,7 +701,8 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
 // same order), and the rows written to out by streaming stores, so out's lines are never read.
 // Measured in one process, alternating with the fused copy into out (64 slabs of 512 x 128
 // float32, a mul of 256 x 128 updates each, two threads, medians of 15 samples): 6.1 / 5.5 / 5.3
-// / 4.8 -> 4.7 / 4.5 / 4.4 / 5.0 ms in four rounds. For single fibers (4096 rows of 1024 float32,
+// / 4.8 -> 4.7 / 4.5 / 4.4 / 5.0 ms in four rounds; in six more 4.4 / 5.4 / 4.6 / 5.7 / 4.4 /
+// 5.6 -> 4.5 / 4.3 / 4.5 / 4.6 / 4.7 / 4.7 (a loss of up to 6 % in some rounds). For single fibers (4096 rows of 1024 float32,
 // 256 updates each) the same stage gained nothing (2.6 / 2.4 -> 2.7 / 2.4 ms): not used there.
 inline constexpr int64_t kStageBytes = int64_t(256) << 10;
 
