@@ -14,6 +14,8 @@ import pytest
 
 import oracle
 import scatterx as sx
+from scatterx import _kernels
+from scatterx._rules import scatter_call
 
 UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -428,3 +430,47 @@ def test_scatter_staged_in_a_scratch(streaming_outputs, restore_threads, threads
     bad[7, 100, 3] = 90
     with pytest.raises(IndexError, match=r"indices\[7, 100, 3\]"):
         sx.scatter_elements(data, bad, updates, axis=1, reduction=reduction)
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max"])
+def test_small_out_given_runs_through_a_new_array(index_dtype, reduction):
+    """A call into an `out` much smaller than its indices (a histogram) scatters into a new array
+    and copies it into `out` (``_kernels._through_fresh_output``) instead of checking every index
+    first: the result is NumPy's one-by-one ``ufunc.at``, in place and into another array; a bad
+    index (the last one) raises and leaves both as they were."""
+    rng = np.random.default_rng(21)
+    data = rng.standard_normal((40, 3))
+    indices = rng.integers(-40, 40, (4000, 3)).astype(index_dtype)
+    updates = rng.standard_normal((4000, 3)) * 0.5 + 1
+    want = _expected_at(data, indices, updates, reduction)
+    # The shapes are chosen for the path; a same-sized `out` and indices do not take it.
+    assert _kernels._through_fresh_output(scatter_call(data, indices, updates, 0, reduction), data)
+    assert not _kernels._through_fresh_output(scatter_call(data, indices[:40], updates[:40], 0, reduction), data)
+    inplace = data.copy()
+    assert sx.scatter_elements(inplace, indices, updates, reduction=reduction, out=inplace) is inplace
+    np.testing.assert_array_equal(inplace, want)
+    other = np.full(data.shape, np.nan)
+    assert sx.scatter_elements(data, indices, updates, reduction=reduction, out=other) is other
+    np.testing.assert_array_equal(other, want)
+    bad = indices.copy()
+    bad[-1, -1] = 40
+    kept, other = data.copy(), np.full(data.shape, np.nan)
+    for out in (kept, other):
+        with pytest.raises(IndexError, match=r"index 40 at indices\[3999, 2\]"):
+            sx.scatter_elements(kept, bad, updates, reduction=reduction, out=out)
+    np.testing.assert_array_equal(kept, data)
+    assert np.isnan(other).all()
+
+
+def _expected_at(data, indices, updates, reduction):
+    """Updates applied one at a time along axis 0, in row-major order of the indices."""
+    out = data.copy()
+    cols = np.broadcast_to(np.arange(data.shape[1]), indices.shape)
+    rows = np.where(indices < 0, indices + data.shape[0], indices)
+    if reduction == "none":
+        for r, c, u in zip(rows.ravel(), cols.ravel(), updates.ravel()):
+            out[r, c] = u
+    else:
+        UFUNCS[reduction].at(out, (rows, cols), updates)
+    return out
