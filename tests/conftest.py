@@ -291,3 +291,14 @@ def unique_indices(index_shape, size: int, axis: int, index_dtype: np.dtype, rng
     if index_dtype.kind == "i":
         idx = np.where(rng.random(idx.shape) < 0.5, idx - size, idx)
     return np.moveaxis(idx, -1, axis).astype(index_dtype)
+
+
+@pytest.fixture
+def streaming_outputs():
+    """Kernels write their outputs by streaming stores as for any size (normally only calls
+    whose arrays exceed 32 MB in all do: kStreamBytes in kernels.h)."""
+    from scatterx import _core
+
+    before = _core.set_stream_bytes(0)
+    yield
+    _core.set_stream_bytes(before)

@@ -348,16 +348,6 @@ def test_broadcast_index_rows_split_by_destination(dtype, reduction):
         sx.set_num_threads(previous)
 
 
-@pytest.fixture
-def streaming_outputs():
-    """Gathers write every output by streaming stores (normally only outputs of 32 MB and more)."""
-    from scatterx import _core
-
-    before = _core.set_stream_bytes(0)
-    yield
-    _core.set_stream_bytes(before)
-
-
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.float64, np.complex128])
 @pytest.mark.parametrize("shape", ["fiber", "rows", "one_target_rows"])

@@ -493,6 +493,7 @@ def test_mul_backward_in_parallel_is_thread_independent_and_matches_torch(axis):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("streaming", [False, True])
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 @pytest.mark.parametrize(
     "data_shape, index_shape, axis",
@@ -500,15 +501,20 @@ def test_mul_backward_in_parallel_is_thread_independent_and_matches_torch(axis):
         # 160 fibers of 2.4 KB in a row: groups of 109 and 51 fibers in the per-thread scratch
         # of 256 KB (54, 54 and 52 complex ones of 4.8 KB).
         ((1, 300, 160), (1, 250, 160), 1),
+        # Fibers along the last axis, each contiguous in the arrays.
+        ((40, 300), (40, 250), 1),
         # Fibers of 272 KB, beyond the scratch: S in an array as large as data.
         ((2, 34_000), (2, 300), 1),
         ((34_000, 2), (300, 2), 0),
     ],
 )
-def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, axis, dtype):
+def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, axis, dtype, streaming, request):
     """Against the literal oracle, and bitwise the same for 1, 2 and 3 threads. Updates and data
     are in {-2, ..., 2} (with imaginary parts for complex): zeros and duplicates abound, and the
-    float64 products stay exact."""
+    float64 products stay exact. With `streaming`, dD is written as for a large call (by
+    streaming stores from the pass over the scratch; normally above 32 MB in all)."""
+    if streaming:
+        request.getfixturevalue("streaming_outputs")
     rng = np.random.default_rng(11)
     size = data_shape[axis]
 

@@ -1065,8 +1065,8 @@ template <class T> inline T one_of() {
     else return T(1);
 }
 
-// The residuals S of the backward of "mul" (below) live in a per-thread scratch of this many
-// bytes, a group of whole fibers at a time: room for a whole block of vjp_mul's (128 fibers of
+// The products P and then the residuals S of the backward of "mul" (below) live in a
+// per-thread scratch of this many bytes, a group of whole fibers at a time: room for a whole block of vjp_mul's (128 fibers of
 // 2 KB). Measured in alternating processes against a data-sized S: 12.4-12.9 against 11.1-12.8
 // ms in three rounds, but 15.2-16.5 against 11.1-15.7 ms in four rounds an hour later, so it
 // may cost up to a fifth of vjp_mul's time; with 128 KB (two groups per block) 15.2-15.6
@@ -1078,15 +1078,19 @@ inline constexpr int64_t kMulScratchBytes = int64_t(256) << 10;
 // type T. Each update k with target t gets dU[k] = conj(before(k) * R(k)), where before(k) is
 // the product of the updates of t that precede k in row-major order and R(k) is conj(G[t]) *
 // D[t] times those that follow it, so dU[k] = G[t] * conj(D[t] * before(k) * after(k)); each
-// target gets dD[t] = G[t] * conj(product of its updates). Block by block of fibers, while the
-// block's part of the arrays is in the cache: P = 1; a forward walk leaves before(k) in dU[k]
-// and the product of all updates of t in P[t]; then, group by group of fibers, one pass turns
-// P into dD and sets S = conj(G) * D, and a backward walk keeps R in S. Arrays: dD (written; P
-// while it works) is array 0 of the geometry, and G and D lie at the same byte offsets, within
-// `extent` bytes; u (updates) is array 2 and dU lies at the same offsets as u. S lives in a
-// per-thread scratch (thread_scratch) as many fibers at a time as fit in kMulScratchBytes;
-// only fibers longer than that take an array of `extent` bytes, at dD's offsets (before stop
-// 14 every call did: a scratch as large as data, 29 % of vjp_mul's inputs). Only the
+// target gets dD[t] = G[t] * conj(product of its updates). Group by group of fibers, while the
+// group's part of the arrays is in the cache: P = 1; a forward walk leaves before(k) in dU[k]
+// and the product of all updates of t in P[t]; one pass writes dD = G * conj(P) and puts
+// S = conj(G) * D in P's place; a backward walk keeps R in S. Arrays: dD is array 0 of the
+// geometry, and G and D lie at the same byte offsets, within `extent` bytes; u (updates) is
+// array 2 and dU lies at the same offsets as u. P and S live in a per-thread scratch
+// (thread_scratch), as many fibers at a time as fit in kMulScratchBytes, so dD is only written
+// (by streaming stores in a large call, see kStreamBytes); a fiber longer than that keeps P in
+// dD and S in an array of `extent` bytes at dD's offsets (before stop 14 every call did: a
+// scratch as large as data, 29 % of vjp_mul's inputs). P in dD, dD written in place, measured
+// against P in the scratch in alternating processes (vjp_mul, two threads): 13.8 / 13.9 / 14.4
+// / 14.2 against 11.3 / 13.0 / 11.7 / 11.5 ms; with dD streamed from the scratch pass, in one
+// process alternating: 11.2 against 9.7 ms. Only the
 // fibers of dD that a fiber of the indices reaches are written (the caller sets the others to
 // G * conj(1)). Returns false when an out-of-bounds index was met (skipped).
 template <class T, class I>
@@ -1099,6 +1103,8 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
     const bool grouped = g.axis_size * N <= kMulScratchBytes;
     std::unique_ptr<char[]> long_s(grouped ? nullptr : new char[size_t(extent)]);
+    // G, D and dD, indices, updates and dU (see kStreamBytes).
+    const bool stream = streams(3 * extent + volume(g.s.shape, g.s.ndim) * (int64_t(sizeof(I)) + 2 * N));
     const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, g.axis_size)).first;
     std::atomic<bool> bad{false}, no_memory{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
@@ -1153,23 +1159,16 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
                 }
             }
         };
-        auto p_at = [&](int64_t a, int64_t k) -> T& { return *reinterpret_cast<T*>(P + off0 + a * dstr + k * in[0]); };
-        each_position(0, count, [&](int64_t t, int64_t, int64_t) { *reinterpret_cast<T*>(P + t) = one_of<T>(); });
-        walk(0, count, false, [&](int64_t a, int64_t k, int64_t q) {
-            T& pt = p_at(a, k);
-            *reinterpret_cast<T*>(gu + q) = pt;
-            pt = Arith<T>::mul(pt, *reinterpret_cast<const T*>(u + q));
-        });
-        // Group by group: P becomes dD and S = conj(G) * D in one pass over G, then the
-        // backward walk. S of fiber k, axis position a: at (a, k - k0) of a group's scratch
-        // (rows of `c`), or at dD's offset in the long S.
-        auto group = [&](int64_t k0, int64_t k1, auto&& s_at) {
-            each_position(k0, k1, [&](int64_t t, int64_t a, int64_t k) {
-                const T gt = *reinterpret_cast<const T*>(G + t);
-                T& pt = *reinterpret_cast<T*>(P + t);
-                pt = Arith<T>::mul(gt, conj_of(pt));
-                s_at(a, k) = Arith<T>::mul(conj_of(gt), *reinterpret_cast<const T*>(D + t));
+        // The forward walk, P of fiber k, axis position a at p_at(a, k).
+        auto forward = [&](int64_t k0, int64_t k1, auto&& p_at) {
+            walk(k0, k1, false, [&](int64_t a, int64_t k, int64_t q) {
+                T& pt = p_at(a, k);
+                *reinterpret_cast<T*>(gu + q) = pt;
+                pt = Arith<T>::mul(pt, *reinterpret_cast<const T*>(u + q));
             });
+        };
+        // The backward walk, S of fiber k, axis position a at s_at(a, k).
+        auto backward = [&](int64_t k0, int64_t k1, auto&& s_at) {
             walk(k0, k1, true, [&](int64_t a, int64_t k, int64_t q) {
                 T& st = s_at(a, k);
                 T& out = *reinterpret_cast<T*>(gu + q);
@@ -1178,21 +1177,65 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
             });
         };
         if (grouped) {
+            // P and then S of a group of fibers in the scratch, at (a, k - k0) (rows of `c`): the
+            // pass over G writes dD = G * conj(P) and leaves S = conj(G) * D in P's place, so dD
+            // is written once, by streaming stores in a large call, and never read.
             const int64_t per = size == 0 ? count : std::max<int64_t>(1, std::min(count, kMulScratchBytes / (size * N)));
             T* const scratch = reinterpret_cast<T*>(thread_scratch(per * size * N));
             if (!scratch) {
                 no_memory.store(true, std::memory_order_relaxed);
                 return;
             }
+            // dD = G * conj(P) and S = conj(G) * D in P's place over `n` positions, from byte
+            // offset t0 at byte step `step`, whose P lie at ps, `pstep` elements apart. A run of
+            // dD that is contiguous goes out by streaming stores, a block at a time from a
+            // buffer (one streaming store per element, between the other loads and stores, was
+            // slower than plain stores: vjp_mul 15.4 against 11.2 ms, 9.7 with the buffer).
+            auto turn = [&](int64_t t0, int64_t step, int64_t n, T* ps, int64_t pstep) {
+                constexpr int64_t kRun = 64;
+                alignas(64) T buf[kRun];
+                const bool run = stream && step == N;
+                for (int64_t b0 = 0; b0 < n; b0 += kRun) {
+                    const int64_t b1 = std::min(n, b0 + kRun);
+                    for (int64_t b = b0; b < b1; ++b) {
+                        const int64_t t = t0 + b * step;
+                        const T gt = *reinterpret_cast<const T*>(G + t);
+                        T& pt = ps[b * pstep];
+                        const T dd = Arith<T>::mul(gt, conj_of(pt));
+                        if (run) buf[b - b0] = dd;
+                        else *reinterpret_cast<T*>(P + t) = dd;
+                        pt = Arith<T>::mul(conj_of(gt), *reinterpret_cast<const T*>(D + t));
+                    }
+                    if (run) stream_copy(P + t0 + b0 * N, reinterpret_cast<const char*>(buf), (b1 - b0) * N);
+                }
+            };
             for (int64_t k0 = 0; k0 < count; k0 += per) {
                 const int64_t c = std::min(per, count - k0);
-                group(k0, k0 + c, [&](int64_t a, int64_t k) -> T& { return scratch[a * c + (k - k0)]; });
+                auto at = [&](int64_t a, int64_t k) -> T& { return scratch[a * c + (k - k0)]; };
+                std::fill(scratch, scratch + c * size, one_of<T>());
+                forward(k0, k0 + c, at);
+                // In each_position's order: along the fibers when they are the nearer in memory.
+                if (c > 1 && in[0] < dstr) {
+                    for (int64_t a = 0; a < size; ++a) turn(off0 + a * dstr + k0 * in[0], in[0], c, scratch + a * c, 1);
+                } else {
+                    for (int64_t k = k0; k < k0 + c; ++k) turn(off0 + k * in[0], dstr, size, scratch + (k - k0), c);
+                }
+                backward(k0, k0 + c, at);
             }
+            if (stream) stream_fence();
         } else {
+            // P in dD, which it becomes; S in the long S at dD's offsets.
+            each_position(0, count, [&](int64_t t, int64_t, int64_t) { *reinterpret_cast<T*>(P + t) = one_of<T>(); });
+            forward(0, count, [&](int64_t a, int64_t k) -> T& { return *reinterpret_cast<T*>(P + off0 + a * dstr + k * in[0]); });
             char* const S = long_s.get();
-            group(0, count, [&](int64_t a, int64_t k) -> T& {
-                return *reinterpret_cast<T*>(S + off0 + a * dstr + k * in[0]);
+            auto s_at = [&](int64_t a, int64_t k) -> T& { return *reinterpret_cast<T*>(S + off0 + a * dstr + k * in[0]); };
+            each_position(0, count, [&](int64_t t, int64_t a, int64_t k) {
+                const T gt = *reinterpret_cast<const T*>(G + t);
+                T& pt = *reinterpret_cast<T*>(P + t);
+                pt = Arith<T>::mul(gt, conj_of(pt));
+                s_at(a, k) = Arith<T>::mul(conj_of(gt), *reinterpret_cast<const T*>(D + t));
             });
+            backward(0, count, s_at);
         }
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
