@@ -1066,8 +1066,9 @@ template <class T> inline T one_of() {
 }
 
 // The products P and then the residuals S of the backward of "mul" (below) live in a
-// per-thread scratch of this many bytes, a group of whole fibers at a time: room for a whole block of vjp_mul's (128 fibers of
-// 2 KB). Measured in alternating processes against a data-sized S: 12.4-12.9 against 11.1-12.8
+// per-thread scratch of this many bytes, a group of whole fibers at a time: room for a whole
+// block of vjp_mul's (128 fibers of 2 KB). Measured in alternating processes (stop 14, when
+// only S lived there) against a data-sized S: 12.4-12.9 against 11.1-12.8
 // ms in three rounds, but 15.2-16.5 against 11.1-15.7 ms in four rounds an hour later, so it
 // may cost up to a fifth of vjp_mul's time; with 128 KB (two groups per block) 15.2-15.6
 // against 13.9-15.1 ms. What it saves is memory: no array as large as data per call (SPEC
@@ -1090,9 +1091,9 @@ inline constexpr int64_t kMulScratchBytes = int64_t(256) << 10;
 // scratch as large as data, 29 % of vjp_mul's inputs). P in dD, dD written in place, measured
 // against P in the scratch in alternating processes (vjp_mul, two threads): 13.8 / 13.9 / 14.4
 // / 14.2 against 11.3 / 13.0 / 11.7 / 11.5 ms; with dD streamed from the scratch pass, in one
-// process alternating: 11.2 against 9.7 ms. Only the
-// fibers of dD that a fiber of the indices reaches are written (the caller sets the others to
-// G * conj(1)). Returns false when an out-of-bounds index was met (skipped).
+// process alternating: 11.2 against 9.7 ms. Only the fibers of dD that a fiber of the indices
+// reaches are written (the caller sets the others to G * conj(1)). Returns false when an
+// out-of-bounds index was met (skipped).
 template <class T, class I>
 bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, const char* D, const char* indices,
                   const char* u, char* gu) {
