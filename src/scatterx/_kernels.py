@@ -57,8 +57,8 @@ def _through_fresh_output(call: ScatterCall, out: np.ndarray) -> bool:
     0.8 MB twice). Only when `out` is at most 5 % of the inputs: the new array is the call's
     extra memory (SPEC section 8).
     """
-    inputs = call.data.nbytes + _stored_bytes(call.indices) + _stored_bytes(call.updates)
-    return 20 * out.nbytes <= inputs and 4 * out.nbytes <= _stored_bytes(call.indices)
+    index = _stored_bytes(call.indices)
+    return 20 * out.nbytes <= call.data.nbytes + index + _stored_bytes(call.updates) and 4 * out.nbytes <= index
 
 
 def scatter(call: ScatterCall, out: np.ndarray | None) -> np.ndarray:

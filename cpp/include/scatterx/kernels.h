@@ -474,8 +474,8 @@ inline char* thread_scratch(int64_t bytes) {
 // alternating (two threads, medians of 11-15 samples): gathers of 1e7 float64 from 1e5,
 // 14.7 / 16.4 / 18.0 -> 13.4 / 13.9 / 15.8 ms in three rounds; of the message-passing rows
 // (400000 x 64 float32) 14.3 -> 11.8 ms, in a later round 8.8 -> 8.6, with int32 indices
-// 13.5 -> 9.2 and 9.5 -> 8.8 ms; of 200000 x 32
-// from 100000 x 32 float32 (89 MB in all) a tie; of 64 x 256 x 128 from 64 x 512 x 128 float32
+// 13.5 -> 9.2 and 9.5 -> 8.8 ms; of 200000 x 32 from 100000 x 32 float32 (89 MB in all) a
+// tie; of 64 x 256 x 128 from 64 x 512 x 128 float32
 // (32 MB in all) 6.5 / 7.5 -> 6.8 / 7.6 ms, so not for it. 16-byte streaming stores gained
 // nothing over 8-byte ones; elements of 1 or 2 bytes are stored as usual. The threshold: the
 // 32 MB L3 of the measuring machine's core complex (sysconf reports the whole socket's 256 MB).
@@ -702,8 +702,9 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
 // Measured in one process, alternating with the fused copy into out (64 slabs of 512 x 128
 // float32, a mul of 256 x 128 updates each, two threads, medians of 15 samples): 6.1 / 5.5 / 5.3
 // / 4.8 -> 4.7 / 4.5 / 4.4 / 5.0 ms in four rounds; in six more 4.4 / 5.4 / 4.6 / 5.7 / 4.4 /
-// 5.6 -> 4.5 / 4.3 / 4.5 / 4.6 / 4.7 / 4.7 (a loss of up to 6 % in some rounds). For single fibers (4096 rows of 1024 float32,
-// 256 updates each) the same stage gained nothing (2.6 / 2.4 -> 2.7 / 2.4 ms): not used there.
+// 5.6 -> 4.5 / 4.3 / 4.5 / 4.6 / 4.7 / 4.7 (a loss of up to 6 % in some rounds). For single
+// fibers (4096 rows of 1024 float32, 256 updates each) the same stage gained nothing (2.6 /
+// 2.4 -> 2.7 / 2.4 ms): not used there.
 inline constexpr int64_t kStageBytes = int64_t(256) << 10;
 
 // Returns false, having done nothing, when the scratch cannot be allocated.
@@ -1085,10 +1086,10 @@ inline constexpr int64_t kMulScratchBytes = int64_t(256) << 10;
 // S = conj(G) * D in P's place; a backward walk keeps R in S. Arrays: dD is array 0 of the
 // geometry, and G and D lie at the same byte offsets, within `extent` bytes; u (updates) is
 // array 2 and dU lies at the same offsets as u. P and S live in a per-thread scratch
-// (thread_scratch), as many fibers at a time as fit in kMulScratchBytes, so dD is only written
-// (by streaming stores in a large call, see kStreamBytes); a fiber longer than that keeps P in
-// dD and S in an array of `extent` bytes at dD's offsets (before stop 14 every call did: a
-// scratch as large as data, 29 % of vjp_mul's inputs). P in dD, dD written in place, measured
+// (thread_scratch), as many fibers at a time as fit in kMulScratchBytes, or, for fibers longer
+// than that, in an array of `extent` bytes at dD's offsets (before stop 14 every call took
+// one: a scratch as large as data, 29 % of vjp_mul's inputs); so dD is only written (by
+// streaming stores in a large call, see kStreamBytes). P in dD, dD written in place, measured
 // against P in the scratch in alternating processes (vjp_mul, two threads): 13.8 / 13.9 / 14.4
 // / 14.2 against 11.3 / 13.0 / 11.7 / 11.5 ms; with dD streamed from the scratch pass, in one
 // process alternating: 11.2 against 9.7 ms. Only the fibers of dD that a fiber of the indices
@@ -1112,10 +1113,10 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
         // Locals, not captured variables (stores may alias those).
         const int64_t size = g.axis_size, dstr = g.axis_stride, na = fs.na;
         const int64_t* astr = fs.astr;
-        char* const P = dD;
-        const int64_t off0 = p[0] - P;
+        char* const gd = dD;  // a local (stores may alias the captured parameter)
+        const int64_t off0 = p[0] - gd;
         bool local_bad = false;
-        // Calls f(offset, a, k) for every element of fibers [k0, k1) of the block's part of P:
+        // Calls f(offset, a, k) for every element of fibers [k0, k1) of the block's part of dD:
         // fiber k `in[0]` bytes apart, axis position a `dstr` apart, the smaller stride innermost.
         auto each_position = [&](int64_t k0, int64_t k1, auto&& f) {
             if (k1 - k0 > 1 && in[0] < dstr) {
@@ -1177,67 +1178,62 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
                 st = Arith<T>::mul(st, *reinterpret_cast<const T*>(u + q));
             });
         };
+        // dD = G * conj(P) and S = conj(G) * D in P's place over `n` positions, from byte offset
+        // t0 at byte step `step`, whose P lie at ps, `pstep` elements apart. A run of dD that is
+        // contiguous goes out by streaming stores in a large call, a block at a time from a
+        // buffer (one streaming store per element, between the other loads and stores, was
+        // slower than plain stores: vjp_mul 15.4 against 11.2 ms, 9.7 with the buffer).
+        auto turn = [&](int64_t t0, int64_t step, int64_t n, T* ps, int64_t pstep) {
+            constexpr int64_t kRun = 64;
+            alignas(64) T buf[kRun];
+            const bool run = stream && step == N;
+            for (int64_t b0 = 0; b0 < n; b0 += kRun) {
+                const int64_t b1 = std::min(n, b0 + kRun);
+                for (int64_t b = b0; b < b1; ++b) {
+                    const int64_t t = t0 + b * step;
+                    const T gt = *reinterpret_cast<const T*>(G + t);
+                    T& pt = ps[b * pstep];
+                    const T dd = Arith<T>::mul(gt, conj_of(pt));
+                    if (run) buf[b - b0] = dd;
+                    else *reinterpret_cast<T*>(gd + t) = dd;
+                    pt = Arith<T>::mul(conj_of(gt), *reinterpret_cast<const T*>(D + t));
+                }
+                if (run) stream_copy(gd + t0 + b0 * N, reinterpret_cast<const char*>(buf), (b1 - b0) * N);
+            }
+        };
+        // Fibers [k0, k0 + c): P and then S of fiber k, axis position a at
+        // ps[a * sa + (k - k0) * sk]; dD is only written (by the pass over G). The scratch
+        // passes sk = 1 as a constant: a stride known only at run time in the walks' addressing
+        // made vjp_mul slower (12.3-15.7 -> 16.3-17.8 ms, alternating processes).
+        auto group = [&](int64_t k0, int64_t c, T* ps, int64_t sa, auto sk) {
+            auto at = [&](int64_t a, int64_t k) -> T& { return ps[a * sa + (k - k0) * sk]; };
+            each_position(k0, k0 + c, [&](int64_t, int64_t a, int64_t k) { at(a, k) = one_of<T>(); });
+            forward(k0, k0 + c, at);
+            // In each_position's order: along the fibers when they are the nearer in memory.
+            if (c > 1 && in[0] < dstr) {
+                for (int64_t a = 0; a < size; ++a) turn(off0 + a * dstr + k0 * in[0], in[0], c, &at(a, k0), sk);
+            } else {
+                for (int64_t k = k0; k < k0 + c; ++k) turn(off0 + k * in[0], dstr, size, &at(0, k), sa);
+            }
+            backward(k0, k0 + c, at);
+        };
         if (grouped) {
-            // P and then S of a group of fibers in the scratch, at (a, k - k0) (rows of `c`): the
-            // pass over G writes dD = G * conj(P) and leaves S = conj(G) * D in P's place, so dD
-            // is written once, by streaming stores in a large call, and never read.
+            // A group of fibers at a time in the scratch, as rows of `c`.
             const int64_t per = size == 0 ? count : std::max<int64_t>(1, std::min(count, kMulScratchBytes / (size * N)));
             T* const scratch = reinterpret_cast<T*>(thread_scratch(per * size * N));
             if (!scratch) {
                 no_memory.store(true, std::memory_order_relaxed);
                 return;
             }
-            // dD = G * conj(P) and S = conj(G) * D in P's place over `n` positions, from byte
-            // offset t0 at byte step `step`, whose P lie at ps, `pstep` elements apart. A run of
-            // dD that is contiguous goes out by streaming stores, a block at a time from a
-            // buffer (one streaming store per element, between the other loads and stores, was
-            // slower than plain stores: vjp_mul 15.4 against 11.2 ms, 9.7 with the buffer).
-            auto turn = [&](int64_t t0, int64_t step, int64_t n, T* ps, int64_t pstep) {
-                constexpr int64_t kRun = 64;
-                alignas(64) T buf[kRun];
-                const bool run = stream && step == N;
-                for (int64_t b0 = 0; b0 < n; b0 += kRun) {
-                    const int64_t b1 = std::min(n, b0 + kRun);
-                    for (int64_t b = b0; b < b1; ++b) {
-                        const int64_t t = t0 + b * step;
-                        const T gt = *reinterpret_cast<const T*>(G + t);
-                        T& pt = ps[b * pstep];
-                        const T dd = Arith<T>::mul(gt, conj_of(pt));
-                        if (run) buf[b - b0] = dd;
-                        else *reinterpret_cast<T*>(P + t) = dd;
-                        pt = Arith<T>::mul(conj_of(gt), *reinterpret_cast<const T*>(D + t));
-                    }
-                    if (run) stream_copy(P + t0 + b0 * N, reinterpret_cast<const char*>(buf), (b1 - b0) * N);
-                }
-            };
             for (int64_t k0 = 0; k0 < count; k0 += per) {
                 const int64_t c = std::min(per, count - k0);
-                auto at = [&](int64_t a, int64_t k) -> T& { return scratch[a * c + (k - k0)]; };
-                std::fill(scratch, scratch + c * size, one_of<T>());
-                forward(k0, k0 + c, at);
-                // In each_position's order: along the fibers when they are the nearer in memory.
-                if (c > 1 && in[0] < dstr) {
-                    for (int64_t a = 0; a < size; ++a) turn(off0 + a * dstr + k0 * in[0], in[0], c, scratch + a * c, 1);
-                } else {
-                    for (int64_t k = k0; k < k0 + c; ++k) turn(off0 + k * in[0], dstr, size, scratch + (k - k0), c);
-                }
-                backward(k0, k0 + c, at);
+                group(k0, c, scratch, c, std::integral_constant<int64_t, 1>{});
             }
-            if (stream) stream_fence();
         } else {
-            // P in dD, which it becomes; S in the long S at dD's offsets.
-            each_position(0, count, [&](int64_t t, int64_t, int64_t) { *reinterpret_cast<T*>(P + t) = one_of<T>(); });
-            forward(0, count, [&](int64_t a, int64_t k) -> T& { return *reinterpret_cast<T*>(P + off0 + a * dstr + k * in[0]); });
-            char* const S = long_s.get();
-            auto s_at = [&](int64_t a, int64_t k) -> T& { return *reinterpret_cast<T*>(S + off0 + a * dstr + k * in[0]); };
-            each_position(0, count, [&](int64_t t, int64_t a, int64_t k) {
-                const T gt = *reinterpret_cast<const T*>(G + t);
-                T& pt = *reinterpret_cast<T*>(P + t);
-                pt = Arith<T>::mul(gt, conj_of(pt));
-                s_at(a, k) = Arith<T>::mul(conj_of(gt), *reinterpret_cast<const T*>(D + t));
-            });
-            backward(0, count, s_at);
+            // The whole block in the long array, at dD's offsets (dD is C-contiguous).
+            group(0, count, reinterpret_cast<T*>(long_s.get() + off0), dstr / N, in[0] / N);
         }
+        if (stream) stream_fence();
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
     if (no_memory.load()) throw std::bad_alloc();
