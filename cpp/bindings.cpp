@@ -176,15 +176,16 @@ int64_t run_scatter(const View& data, const View& idx, const View& upd, const Vi
 }
 
 // The probe of `scatterx bench` (probe.h): touches `span` bytes of `table` at each byte offset
-// of `positions` (int64), reading, or reading and storing back with `write`, prefetching
+// of `positions` (int32 or int64), reading, or reading and storing back with `write`, prefetching
 // `ahead` positions early, while reading `stream` (uint8, or None) in step; with `ordered`, on
 // one thread with a second reading ahead of it.
 uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool write, int64_t ahead,
                nb::handle stream_h, bool ordered) {
     View table = view(table_h, "table", write), pos = view(positions_h, "positions");
     if (table.ndim != 1 || table.itemsize != 1 || table.strides[0] != 1 || pos.ndim != 1 ||
-        pos.itemsize != 8 || pos.strides[0] != 8)
-        throw std::invalid_argument("scatterx._core.touch: a contiguous uint8 table and int64 positions");
+        (pos.itemsize != 4 && pos.itemsize != 8) || pos.strides[0] != pos.itemsize ||
+        PyArray_DESCR(reinterpret_cast<PyArrayObject*>(positions_h.ptr()))->kind != 'i')
+        throw std::invalid_argument("scatterx._core.touch: a contiguous uint8 table and int32 or int64 positions");
     const char* stream = nullptr;
     int64_t stream_bytes = 0;
     if (!stream_h.is_none()) {
@@ -195,6 +196,9 @@ uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool wr
         stream_bytes = st.shape[0];
     }
     nb::gil_scoped_release release;
+    if (pos.itemsize == 4)
+        return touch_lines(table.data, table.shape[0], reinterpret_cast<const int32_t*>(pos.data), pos.shape[0],
+                           span, write, ahead, stream, stream_bytes, ordered);
     return touch_lines(table.data, table.shape[0], reinterpret_cast<const int64_t*>(pos.data), pos.shape[0],
                        span, write, ahead, stream, stream_bytes, ordered);
 }

@@ -189,6 +189,13 @@ def test_touches_are_the_targets_in_visiting_order():
     np.testing.assert_array_equal(t.positions, x.indices[:, 0] * x.data.shape[1] * 4)
     assert t.span == x.data.shape[1] * 4
     assert touches(*case("vjp_add")).write is False and touches(*case("vjp_max")).write is True
+    # The positions are as wide as the index they stand for (a kernel reads int32 as it is).
+    for name in ("max0", "mp_add", "hist_add"):
+        c, x = case(name)
+        c32, x32 = case(name + "_i32")
+        t, t32 = touches(c, x), touches(c32, x32)
+        assert (t.positions.dtype, t32.positions.dtype) == (np.int64, np.int32)
+        np.testing.assert_array_equal(t32.positions, t.positions)
     # Beside the targets, one value per index moves in sequence: the updates of a scatter, the
     # elements a gather writes, the update gradients of a backward.
     c, x = case("max0")
@@ -205,17 +212,18 @@ def test_touches_are_the_targets_in_visiting_order():
     assert ordered == {"hist_add", "hist_add_i32"}
 
 
+@pytest.mark.parametrize("width", [np.int32, np.int64])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("span", [1, 4, 200])
-def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, span):
+def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, span, width):
     import scatterx as sx
     from scatterx import _core
 
     rng = np.random.default_rng(5)
     table = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
     before = table.copy()
-    positions = rng.integers(0, table.size - span, 100_000)
-    positions[:3] = [-5, table.size, 1 << 40]  # clamped into the table, never out of it
+    positions = rng.integers(0, table.size - span, 100_000).astype(width)
+    positions[:3] = [-5, table.size, np.iinfo(width).max]  # clamped into the table, never out of it
     clamped = np.clip(positions, 0, table.size - span)
     clamped[0] = table.size - span  # -5 as unsigned is huge: the last valid position
     lines = np.minimum(64 * np.arange((span + 63) // 64), span - 1)
@@ -245,6 +253,9 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
     assert (stream == 1).all()
     with pytest.raises(ValueError, match="stream"):
         _core.touch(table, positions, span, False, 8, np.ones((2, 8), np.uint8))
+    for wrong in (positions.astype(np.float64), positions.astype(np.int16), positions[::2]):
+        with pytest.raises(ValueError, match="positions"):
+            _core.touch(table, wrong, span, False, 8, None)
 
 
 def test_the_streaming_target_counts_only_reachable_cases():

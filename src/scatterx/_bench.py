@@ -244,8 +244,9 @@ def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
     The same target positions in the same order, one byte per cache line, read or read and
     stored back, without index checks or arithmetic (``_core.touch``), while the values that
     move in sequence with them (one per index: updates read, gathered elements written, ...,
-    `Touches.stream_bytes`; the positions stand for the indices) are read in step, one byte per
-    line (reading costs less than writing, so the floor stays below what a kernel pays). On
+    `Touches.stream_bytes`; the positions, as wide as the index, stand for it) are read in
+    step, one byte per line (reading costs less than writing, so the floor stays below what a
+    kernel pays). On
     one thread and on scatterx's threads (contiguous ranges), prefetched at each of
     `_PROBE_AHEAD`: the fastest of these. Targets that must keep their order on one thread
     (`Touches.ordered`: one fiber of float adds or products) are not dealt out by ranges: on

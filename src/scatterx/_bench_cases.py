@@ -239,7 +239,8 @@ class Touches:
     """The accesses of a case's pass over its random targets, for the probe of the machine.
 
     `positions` are byte offsets into a table of `table_bytes` (data's size), in the order the
-    operation visits them; each access covers `span` bytes, and is a read-modify-write when
+    operation visits them, as wide as the indices they stand for (int32 for an int32 index whose
+    table's offsets fit it, else int64); each access covers `span` bytes, and is a read-modify-write when
     `write` is set. `stream_bytes` are the values that move in sequence beside them, one per
     index: the updates a scatter reads, the elements a gather writes, the update gradients the
     backward of a scatter writes, the incoming gradient the backward of a gather reads (the
@@ -280,7 +281,7 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
         rows = np.where(rows < 0, rows + size, rows)
         row_bytes = item * math.prod(data.shape[1:])
         span = item * math.prod(indices.shape[1:])
-        return Touches(data.nbytes, rows * row_bytes, span, write, stream)
+        return Touches(data.nbytes, _as_wide_as(rows * row_bytes, inputs.index_rows, data.nbytes), span, write, stream)
     coords = list(np.indices(indices.shape, sparse=True))
     coords[axis] = np.where(indices < 0, indices + size, indices)
     flat = np.ravel_multi_index(np.broadcast_arrays(*coords), data.shape).reshape(-1)
@@ -290,7 +291,15 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
         case.op == "scatter" and case.reduction in ("add", "mul") and data.size == size
         and not np.issubdtype(data.dtype, np.integer)
     )
-    return Touches(data.nbytes, flat.astype(np.int64) * item, item, write, stream, ordered)
+    positions = _as_wide_as(flat.astype(np.int64) * item, indices, data.nbytes)
+    return Touches(data.nbytes, positions, item, write, stream, ordered)
+
+
+def _as_wide_as(positions: np.ndarray, index: np.ndarray, table_bytes: int) -> np.ndarray:
+    """Byte offsets in the width of the index they stand for: a kernel reads an int32 index as
+    it is, so the probe reads int32 positions for it (where the table's offsets fit)."""
+    narrow = index.dtype.itemsize == 4 and table_bytes <= np.iinfo(np.int32).max
+    return positions.astype(np.int32 if narrow else np.int64)
 
 
 def select(cases, patterns: str | None) -> list[Case]:

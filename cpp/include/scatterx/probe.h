@@ -30,11 +30,12 @@ inline int64_t stream_share_end(int64_t k, int64_t n, int64_t stream_bytes) {
 // One thread's walk over positions [lo, hi) (see touch_lines). It works on copies of what it
 // uses: through a pointer to char, the stores into the table could otherwise alias captured
 // variables, which the compiler would then reload after each of them (measured: the walk of
-// 1e7 single bytes in 800 KB took half as long again).
-struct TouchRange {
+// 1e7 single bytes in 800 KB took half as long again). Positions are P (int32 or int64), as
+// wide as the indices they stand for.
+template <class P> struct TouchRange {
     char* table;
     uint64_t last;  // the last valid position
-    const int64_t* positions;
+    const P* positions;
     int64_t n, lines, ahead;
     const char* stream;
     int64_t stream_bytes;
@@ -45,7 +46,7 @@ struct TouchRange {
     template <bool Write, bool OneLine>
     uint64_t run(int64_t lo, int64_t hi, std::atomic<int64_t>* progress = nullptr) const {
         char* const tab = table;
-        const int64_t* const pos = positions;
+        const P* const pos = positions;
         const uint64_t lst = last;
         const int64_t ahd = ahead, nl = OneLine ? 1 : lines, end = last_byte;
         const int64_t count = n, sbytes = stream_bytes;
@@ -63,10 +64,10 @@ struct TouchRange {
                 if (progress && (k & (kProgressStep - 1)) == 0) progress->store(k, std::memory_order_release);
             }
             if (k + ahd < hi) {
-                const char* q = tab + std::min(uint64_t(pos[k + ahd]), lst);
+                const char* q = tab + std::min(uint64_t(int64_t(pos[k + ahd])), lst);
                 for (int64_t l = 0; l < nl; ++l) __builtin_prefetch(q + 64 * l, Write);
             }
-            char* p = tab + std::min(uint64_t(pos[k]), lst);
+            char* p = tab + std::min(uint64_t(int64_t(pos[k])), lst);
             for (int64_t l = 0; l < nl; ++l) {
                 volatile char* b = p + std::min<int64_t>(64 * l, end);
                 const char v = *b;
@@ -92,21 +93,24 @@ struct TouchRange {
 // With `ordered`, the positions are those of one fiber whose updates must be applied in order
 // (a float add or mul: SPEC section 2), which no kernel can share out by ranges: one thread
 // walks them all, and a second, when the pool has one, reads the positions and the stream
-// ahead of it (read_ahead), the one-fiber scatter's own strategy.
-inline uint64_t touch_lines(char* table, int64_t nbytes, const int64_t* positions, int64_t n, int64_t span,
-                            bool write, int64_t ahead, const char* stream = nullptr, int64_t stream_bytes = 0,
-                            bool ordered = false) {
+// ahead of it (read_ahead), the one-fiber scatter's own strategy. The positions are read as
+// the indices they stand for would be: for an int32 index, int32 positions.
+template <class P>
+uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n, int64_t span, bool write,
+                     int64_t ahead, const char* stream = nullptr, int64_t stream_bytes = 0, bool ordered = false) {
     if (n == 0 || nbytes < span || span <= 0) return 0;
     if (!stream) stream_bytes = 0;
     // One contiguous range per thread (measured: 64 smaller ranges dealt out in turn took 50 ms
     // where two halves took 43; two threads each touching the positions of its own half of the
     // table, or one touching all while the other read ahead, were never faster than ranges).
     const int parts = int(std::min<int64_t>(ThreadPool::instance().num_threads(), std::max<int64_t>(1, n / kTouchGrain)));
-    const TouchRange walk{table,  uint64_t(nbytes - span), positions, n, (span + 63) / 64, std::max<int64_t>(1, ahead),
-                          stream, stream_bytes,             span - 1};
+    const TouchRange<P> walk{table, uint64_t(nbytes - span), positions, n, (span + 63) / 64,
+                             std::max<int64_t>(1, ahead), stream, stream_bytes, span - 1};
     auto walk_range = [&](int64_t lo, int64_t hi, std::atomic<int64_t>* progress) {
-        if (walk.lines == 1) return write ? walk.run<true, true>(lo, hi, progress) : walk.run<false, true>(lo, hi, progress);
-        return write ? walk.run<true, false>(lo, hi, progress) : walk.run<false, false>(lo, hi, progress);
+        if (walk.lines == 1)
+            return write ? walk.template run<true, true>(lo, hi, progress) : walk.template run<false, true>(lo, hi, progress);
+        return write ? walk.template run<true, false>(lo, hi, progress)
+                     : walk.template run<false, false>(lo, hi, progress);
     };
     std::atomic<uint64_t> total{0};
     if (ordered) {
@@ -116,8 +120,9 @@ inline uint64_t touch_lines(char* table, int64_t nbytes, const int64_t* position
         std::atomic<int64_t> progress{0};
         ThreadPool::instance().run(2, [&](int w, int) {
             if (w == 1) {
-                read_ahead(reinterpret_cast<const char*>(positions), 8, item > 0 ? stream : reinterpret_cast<const char*>(positions),
-                           item > 0 ? item : 8, n, progress);
+                const char* pc = reinterpret_cast<const char*>(positions);
+                const int64_t width = int64_t(sizeof(P));
+                read_ahead(pc, width, item > 0 ? stream : pc, item > 0 ? item : width, n, progress);
                 return;
             }
             total.store(walk_range(0, n, &progress), std::memory_order_relaxed);
