@@ -246,9 +246,8 @@ def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
     move in sequence with them (one per index: updates read, gathered elements written, ...,
     `Touches.stream_bytes`; the positions, as wide as the index, stand for it) are read in
     step, one byte per line (reading costs less than writing, so the floor stays below what a
-    kernel pays). On
-    one thread and on scatterx's threads (contiguous ranges), prefetched at each of
-    `_PROBE_AHEAD`: the fastest of these. Targets that must keep their order on one thread
+    kernel pays). On one thread and on scatterx's threads (contiguous ranges), prefetched at
+    each of `_PROBE_AHEAD`: the fastest of these. Targets that must keep their order on one thread
     (`Touches.ordered`: one fiber of float adds or products) are not dealt out by ranges: on
     scatterx's threads one thread walks them all while a second reads ahead of it, as the
     kernel does. The streaming bound counts every byte once; a random access moves a whole line,

@@ -240,13 +240,13 @@ class Touches:
 
     `positions` are byte offsets into a table of `table_bytes` (data's size), in the order the
     operation visits them, as wide as the indices they stand for (int32 for an int32 index whose
-    table's offsets fit it, else int64); each access covers `span` bytes, and is a read-modify-write when
-    `write` is set. `stream_bytes` are the values that move in sequence beside them, one per
-    index: the updates a scatter reads, the elements a gather writes, the update gradients the
-    backward of a scatter writes, the incoming gradient the backward of a gather reads (the
-    positions, read in sequence too, stand for the indices). `ordered` marks the targets of one
-    fiber whose floating-point adds or products must follow the order of the indices (SPEC
-    section 2): no kernel can deal them out to threads by ranges of positions.
+    table's offsets fit it, else int64); each access covers `span` bytes, and is a
+    read-modify-write when `write` is set. `stream_bytes` are the values that move in sequence
+    beside them, one per index: the updates a scatter reads, the elements a gather writes, the
+    update gradients the backward of a scatter writes, the incoming gradient the backward of a
+    gather reads (the positions, read in sequence too, stand for the indices). `ordered` marks
+    the targets of one fiber whose floating-point adds or products must follow the order of the
+    indices (SPEC section 2): no kernel can deal them out to threads by ranges of positions.
     """
 
     table_bytes: int
@@ -281,7 +281,8 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
         rows = np.where(rows < 0, rows + size, rows)
         row_bytes = item * math.prod(data.shape[1:])
         span = item * math.prod(indices.shape[1:])
-        return Touches(data.nbytes, _as_wide_as(rows * row_bytes, inputs.index_rows, data.nbytes), span, write, stream)
+        positions = _as_wide_as(rows * row_bytes, inputs.index_rows, data.nbytes)
+        return Touches(data.nbytes, positions, span, write, stream)
     coords = list(np.indices(indices.shape, sparse=True))
     coords[axis] = np.where(indices < 0, indices + size, indices)
     flat = np.ravel_multi_index(np.broadcast_arrays(*coords), data.shape).reshape(-1)
