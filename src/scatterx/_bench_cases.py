@@ -292,7 +292,7 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
         case.op == "scatter" and case.reduction in ("add", "mul") and data.size == size
         and not np.issubdtype(data.dtype, np.integer)
     )
-    positions = _as_wide_as(flat.astype(np.int64) * item, indices, data.nbytes)
+    positions = _as_wide_as(flat * item, indices, data.nbytes)  # flat is intp: no int32 overflow
     return Touches(data.nbytes, positions, item, write, stream, ordered)
 
 

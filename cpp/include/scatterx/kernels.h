@@ -475,8 +475,9 @@ inline char* thread_scratch(int64_t bytes) {
 // 14.7 / 16.4 / 18.0 -> 13.4 / 13.9 / 15.8 ms in three rounds; of the message-passing rows
 // (400000 x 64 float32) 14.3 -> 11.8 ms, in a later round 8.8 -> 8.6, with int32 indices
 // 13.5 -> 9.2 and 9.5 -> 8.8 ms; of 200000 x 32 from 100000 x 32 float32 (89 MB in all) a
-// tie; of 64 x 256 x 128 from 64 x 512 x 128 float32
-// (32 MB in all) 6.5 / 7.5 -> 6.8 / 7.6 ms, so not for it. 16-byte streaming stores gained
+// tie; of 64 x 256 x 128 from 64 x 512 x 128 float32 (42 MB, so it streams) 6.5 / 7.5 -> 6.8 /
+// 7.6 ms when first measured, a tie in stop 17 (4.13 -> 4.01 ms, medians of eight rounds,
+// plain stores against streaming ones in one process). 16-byte streaming stores gained
 // nothing over 8-byte ones; elements of 1 or 2 bytes are stored as usual. The threshold: the
 // 32 MB L3 of the measuring machine's core complex (sysconf reports the whole socket's 256 MB).
 inline constexpr int64_t kStreamBytes = int64_t(32) << 20;
