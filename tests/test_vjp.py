@@ -574,3 +574,20 @@ def test_mul_backward_with_empty_indices(ishape):
     gd, gu = sx.scatter_elements_vjp(g, d, i, updates, 0, "mul")
     np.testing.assert_array_equal(gd, g)
     assert gu.shape == ishape
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("bad", [64, -65])
+@pytest.mark.parametrize("reduction", ["mul", "max", "min"])
+def test_backward_names_an_index_out_of_bounds_met_by_its_walks(reduction, bad, index_dtype):
+    """Rows of fibers contiguous along them (the plain walks of the backward of "mul"), with
+    negative indices among the valid ones and one out of bounds deep inside: an IndexError that
+    names it."""
+    rng = np.random.default_rng(23)
+    d = rng.standard_normal((4, 64, 32)).astype(np.float32)
+    i = rng.integers(-64, 64, (4, 50, 32)).astype(index_dtype)
+    i[2, 17, 5] = bad
+    u = rng.standard_normal(i.shape).astype(np.float32)
+    g = rng.standard_normal(d.shape).astype(np.float32)
+    with pytest.raises(IndexError, match=rf"index {bad} at indices\[2, 17, 5\]"):
+        sx.scatter_elements_vjp(g, d, i, u, 1, reduction)

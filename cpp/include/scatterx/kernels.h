@@ -1077,6 +1077,73 @@ template <class T> inline T one_of() {
 // section 8 allows 5 % of the inputs beyond the outputs; the data-sized S was 29 %).
 inline constexpr int64_t kMulScratchBytes = int64_t(256) << 10;
 
+// A walk of mul_backward (below) over rows of `c` fibers whose indices and updates are
+// contiguous along the fibers (the axis before them), row by row (from the last when
+// `Backward`): forward, dU = the running product P of the target, then P *= u; backward, dU =
+// conj(dU * S), then S *= u. P or S of axis position a, fiber k at ps[a * sa + k]. Rows of
+// indices `istr` bytes apart from ip0, of updates and dU `ustr` apart from up0 and dp0. A plain
+// loop over values passed in: through the captured references of a generic walk the compiler
+// reloaded the arrays' addresses at every update.
+template <class T, class I, bool Backward>
+inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, int64_t ustr, int64_t na, int64_t c,
+                     int64_t size, T* ps, int64_t sa, bool& bad) {
+    constexpr int64_t N = sizeof(T);
+    bool b = false;
+    for (int64_t s = 0; s < na; ++s) {
+        const int64_t j = Backward ? na - 1 - s : s;
+        const I* ip = reinterpret_cast<const I*>(ip0 + j * istr);
+        const T* up = reinterpret_cast<const T*>(up0 + j * ustr);
+        T* dp = reinterpret_cast<T*>(dp0 + j * ustr);
+        if (Backward && j > 0) {
+            // Against the hardware prefetcher: ask for the row before.
+            prefetch_lines(ip0 + (j - 1) * istr, c * int64_t(sizeof(I)));
+            prefetch_lines(up0 + (j - 1) * ustr, c * N);
+            prefetch_lines(dp0 + (j - 1) * ustr, c * N);
+        }
+        for (int64_t k = 0; k < c; ++k) {
+            int64_t v = int64_t(ip[k]);
+            if (uint64_t(v) >= uint64_t(size)) [[unlikely]] {
+                if (v < 0 && v >= -size) {
+                    v += size;
+                } else {
+                    b = true;
+                    continue;
+                }
+            }
+            T* const pt = ps + v * sa + k;
+            const T x = *pt;
+            if constexpr (Backward) {
+                dp[k] = conj_of(Arith<T>::mul(dp[k], x));
+            } else {
+                dp[k] = x;
+            }
+            *pt = Arith<T>::mul(x, up[k]);
+        }
+    }
+    if (b) bad = true;
+}
+
+// The pass of mul_backward (below) over a contiguous run of `n` elements whose P lie in a row
+// of the scratch: dD = G * conj(P), then S = conj(G) * D in P's place; with `stream`, dD goes
+// out by streaming stores, a block at a time from a buffer. A plain loop, which the compiler
+// vectorises (the general one, with run-time steps, it did not).
+template <class T>
+inline void mul_turn(const T* __restrict__ G, const T* __restrict__ D, T* __restrict__ dD, T* __restrict__ ps,
+                     int64_t n, bool stream) {
+    constexpr int64_t kRun = 64;
+    alignas(64) T buf[kRun];
+    for (int64_t b0 = 0; b0 < n; b0 += kRun) {
+        const int64_t m = std::min(kRun, n - b0);
+        T* __restrict__ const dst = stream ? buf : dD + b0;
+        for (int64_t b = 0; b < m; ++b) {
+            const T gt = G[b0 + b];
+            dst[b] = Arith<T>::mul(gt, conj_of(ps[b0 + b]));
+            ps[b0 + b] = Arith<T>::mul(conj_of(gt), D[b0 + b]);
+        }
+        if (stream) stream_copy(reinterpret_cast<char*>(dD + b0), reinterpret_cast<const char*>(buf), m * int64_t(sizeof(T)));
+    }
+}
+
 // The backward of "mul", without division (zeros and duplicates stay exact), for the compute
 // type T. Each update k with target t gets dU[k] = conj(before(k) * R(k)), where before(k) is
 // the product of the updates of t that precede k in row-major order and R(k) is conj(G[t]) *
@@ -1188,6 +1255,11 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
             constexpr int64_t kRun = 64;
             alignas(64) T buf[kRun];
             const bool run = stream && step == N;
+            if (step == N && pstep == 1) {
+                mul_turn(reinterpret_cast<const T*>(G + t0), reinterpret_cast<const T*>(D + t0),
+                         reinterpret_cast<T*>(gd + t0), ps, n, stream);
+                return;
+            }
             for (int64_t b0 = 0; b0 < n; b0 += kRun) {
                 const int64_t b1 = std::min(n, b0 + kRun);
                 for (int64_t b = b0; b < b1; ++b) {
@@ -1208,15 +1280,23 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
         // made vjp_mul slower (12.3-15.7 -> 16.3-17.8 ms, alternating processes).
         auto group = [&](int64_t k0, int64_t c, T* ps, int64_t sa, auto sk) {
             auto at = [&](int64_t a, int64_t k) -> T& { return ps[a * sa + (k - k0) * sk]; };
+            // Rows of the scratch: the plain walks (mul_rows).
+            constexpr bool in_scratch = std::is_same_v<decltype(sk), std::integral_constant<int64_t, 1>>;
+            const bool plain = in_scratch && axis_outer && c > 1 && in[1] == int64_t(sizeof(I)) && in[2] == N;
+            const char* const ip0 = p[1] + k0 * in[1];
+            const char* const up0 = p[2] + k0 * N;
+            char* const dp0 = gu + (up0 - u);
             each_position(k0, k0 + c, [&](int64_t, int64_t a, int64_t k) { at(a, k) = one_of<T>(); });
-            forward(k0, k0 + c, at);
+            if (plain) mul_rows<T, I, false>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, local_bad);
+            else forward(k0, k0 + c, at);
             // In each_position's order: along the fibers when they are the nearer in memory.
             if (c > 1 && in[0] < dstr) {
                 for (int64_t a = 0; a < size; ++a) turn(off0 + a * dstr + k0 * in[0], in[0], c, &at(a, k0), sk);
             } else {
                 for (int64_t k = k0; k < k0 + c; ++k) turn(off0 + k * in[0], dstr, size, &at(0, k), sa);
             }
-            backward(k0, k0 + c, at);
+            if (plain) mul_rows<T, I, true>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, local_bad);
+            else backward(k0, k0 + c, at);
         };
         if (grouped) {
             // A group of fibers at a time in the scratch, as rows of `c`.
