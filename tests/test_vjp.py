@@ -591,3 +591,39 @@ def test_backward_names_an_index_out_of_bounds_met_by_its_walks(reduction, bad, 
     g = rng.standard_normal(d.shape).astype(np.float32)
     with pytest.raises(IndexError, match=rf"index {bad} at indices\[2, 17, 5\]"):
         sx.scatter_elements_vjp(g, d, i, u, 1, reduction)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize(
+    "dtype, data_shape, index_shape",
+    [
+        (np.float32, (300, 37), (300, 20)),  # rows of 148 bytes: streamed out from a misaligned start
+        (np.complex64, (200, 64), (200, 90)),  # more updates than targets: duplicates in every row
+        (np.float64, (3, 9000), (3, 50)),  # rows of 72 KB, longer than a staged row
+    ],
+)
+def test_none_backward_of_rows_staged_or_not(dtype, data_shape, index_shape, streaming, request):
+    """The backward of "none" along a last axis, against the literal oracle, bitwise the same on
+    1, 2 and 3 threads. With `streaming`, each row is staged in a per-thread buffer and written
+    out by streaming stores, as in a large call (normally above 32 MB in all)."""
+    if streaming:
+        request.getfixturevalue("streaming_outputs")
+    rng = np.random.default_rng(29)
+    size = data_shape[1]
+    d = rng.standard_normal(data_shape).astype(dtype)
+    g = (rng.standard_normal(data_shape) + (1j * rng.standard_normal(data_shape) if dtype == np.complex64 else 0))
+    g = g.astype(dtype)
+    i = rng.integers(-size, size, index_shape)
+    u = rng.standard_normal(index_shape).astype(dtype)
+    got = _vjp_on_1_2_3_threads(g, d, i, u, 1, "none")
+    for a, b in zip(got, oracle.scatter_elements_vjp(g, d, i, u, 1, "none")):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_none_backward_staged_names_a_bad_index(streaming_outputs):
+    rng = np.random.default_rng(31)
+    g = rng.standard_normal((64, 100)).astype(np.float32)
+    i = rng.integers(-100, 100, (64, 40))
+    i[50, 7] = 100
+    with pytest.raises(IndexError, match=r"index 100 at indices\[50, 7\]"):
+        sx.scatter_elements_vjp(g, g, i, np.ones(i.shape, np.float32), 1, "none")

@@ -985,6 +985,9 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
     return !bad.load();
 }
 
+// The longest row of the backward of "none" that a large call stages (take_last_writer).
+inline constexpr int64_t kRowStageBytes = int64_t(64) << 10;
+
 // The backward of "none": walking each fiber from its last update to its first, every update
 // takes the value at its target and leaves a zero behind. So only the last writer (in row-major
 // order) of a target receives that target's gradient, and written positions end at zero. Moves
@@ -1002,6 +1005,10 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
     }
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
     const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, src ? g.axis_size : 0)).first;
+    // A large call with a source stages each contiguous row (see below): data's gradient, the
+    // source, indices and the update gradients (kStreamBytes).
+    const int64_t out_bytes = fs.nfib * g.axis_size * N;
+    const bool stream = src && streams(2 * out_bytes + fs.nfib * fs.na * (int64_t(sizeof(I)) + N));
     std::atomic<bool> bad{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         // Locals, not captured variables: the byte stores below may alias those.
@@ -1024,6 +1031,11 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
         } else {
             // Contiguous fibers (rows along a last axis): typed addressing, no stride products.
             const bool typed = astr[1] == int64_t(sizeof(I)) && astr[2] == N && dstr == N;
+            // Staged: each row copied from the source into a per-thread buffer, walked there and
+            // written out by streaming stores, so that its lines are not read from memory
+            // before they are written (vjp_none 2.81 -> 2.27 ms, medians of six
+            // alternating-process rounds, every round faster).
+            char* const stage = stream && typed && size * N <= kRowStageBytes ? thread_scratch(size * N) : nullptr;
             for (int64_t k = 0; k < count; ++k) {
                 if (typed && k + 1 < count) {
                     // The walk goes backwards through the row's indices and gradients, which
@@ -1034,13 +1046,14 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
                     prefetch_lines(p[2] + (k + 1) * in[2], fs.na * N);
                     if (src) prefetch_lines(p[3] + (k + 1) * in[3], size * N);
                 }
-                if (src) copy_run(p[0] + k * in[0], dstr, p[3] + k * in[3], g.src_axis_stride, size, N);
+                char* const out_row = p[0] + k * in[0];
+                char* const row = stage ? stage : out_row;
+                if (src) copy_run(row, dstr, p[3] + k * in[3], g.src_axis_stride, size, N);
                 if (!typed) {
                     for (int64_t j = fs.na - 1; j >= 0; --j) take(j, k);
                     continue;
                 }
                 const I* iv = reinterpret_cast<const I*>(p[1] + k * in[1]);
-                char* row = p[0] + k * in[0];
                 char* gu = p[2] + k * in[2];
                 for (int64_t j = fs.na - 1; j >= 0; --j) {
                     if (!in_bounds(iv[j], size)) {
@@ -1051,7 +1064,9 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
                     std::memcpy(gu + j * N, target, size_t(N));
                     std::memset(target, 0, size_t(N));
                 }
+                if (stage) stream_copy(out_row, stage, size * N);
             }
+            if (stage) stream_fence();
         }
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
