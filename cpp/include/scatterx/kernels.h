@@ -1104,7 +1104,6 @@ template <class T, class I, bool Backward>
 inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, int64_t ustr, int64_t na, int64_t c,
                      int64_t size, T* ps, int64_t sa, bool& bad) {
     constexpr int64_t N = sizeof(T);
-    bool b = false;
     for (int64_t s = 0; s < na; ++s) {
         const int64_t j = Backward ? na - 1 - s : s;
         const I* ip = reinterpret_cast<const I*>(ip0 + j * istr);
@@ -1116,16 +1115,7 @@ inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, 
             prefetch_lines(up0 + (j - 1) * ustr, c * N);
             prefetch_lines(dp0 + (j - 1) * ustr, c * N);
         }
-        for (int64_t k = 0; k < c; ++k) {
-            int64_t v = int64_t(ip[k]);
-            if (uint64_t(v) >= uint64_t(size)) [[unlikely]] {
-                if (v < 0 && v >= -size) {
-                    v += size;
-                } else {
-                    b = true;
-                    continue;
-                }
-            }
+        each_index(ip, c, size, bad, [&](int64_t k, int64_t v) {
             T* const pt = ps + v * sa + k;
             const T x = *pt;
             if constexpr (Backward) {
@@ -1134,9 +1124,8 @@ inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, 
                 dp[k] = x;
             }
             *pt = Arith<T>::mul(x, up[k]);
-        }
+        });
     }
-    if (b) bad = true;
 }
 
 // The pass of mul_backward (below) over a contiguous run of `n` elements whose P lie in a row
@@ -1268,14 +1257,14 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
         // buffer (one streaming store per element, between the other loads and stores, was
         // slower than plain stores: vjp_mul 15.4 against 11.2 ms, 9.7 with the buffer).
         auto turn = [&](int64_t t0, int64_t step, int64_t n, T* ps, int64_t pstep) {
-            constexpr int64_t kRun = 64;
-            alignas(64) T buf[kRun];
-            const bool run = stream && step == N;
             if (step == N && pstep == 1) {
                 mul_turn(reinterpret_cast<const T*>(G + t0), reinterpret_cast<const T*>(D + t0),
                          reinterpret_cast<T*>(gd + t0), ps, n, stream);
                 return;
             }
+            constexpr int64_t kRun = 64;
+            alignas(64) T buf[kRun];
+            const bool run = stream && step == N;
             for (int64_t b0 = 0; b0 < n; b0 += kRun) {
                 const int64_t b1 = std::min(n, b0 + kRun);
                 for (int64_t b = b0; b < b1; ++b) {
