@@ -296,7 +296,7 @@ def unique_indices(index_shape, size: int, axis: int, index_dtype: np.dtype, rng
 @pytest.fixture
 def streaming_outputs():
     """Kernels write their outputs by streaming stores as for any size (normally only calls
-    whose arrays exceed 32 MB in all do: kStreamBytes in kernels.h)."""
+    whose arrays together exceed the last-level cache do: stream_bytes in kernels.h)."""
     from scatterx import _core
 
     before = _core.set_stream_bytes(0)

@@ -464,3 +464,37 @@ def _expected_at(data, indices, updates, reduction):
     else:
         UFUNCS[reduction].at(out, (rows, cols), updates)
     return out
+
+
+def _last_level_cache_bytes() -> int:
+    """The size of CPU 0's highest-level data or unified cache, read from sysfs here in Python."""
+    import glob
+    import os
+
+    best_level, best = 0, 0
+    for d in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(os.path.join(d, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(d, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(d, "size")) as f:
+                size = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        digits = size.rstrip("KMG")
+        if kind == "Instruction" or not digits.isdigit() or level < best_level:
+            continue
+        best_level, best = level, int(digits) * units.get(size[len(digits):], 1)
+    return best
+
+
+def test_streaming_threshold_is_the_last_level_cache():
+    # A call streams its output only when its arrays exceed what the cache can hold; where
+    # Linux does not say, the threshold is 32 MiB.
+    from scatterx import _core
+
+    threshold = _core.set_stream_bytes(0)
+    _core.set_stream_bytes(threshold)
+    assert threshold == (_last_level_cache_bytes() or 32 << 20)

@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <new>
+#include <string>
 #include <type_traits>
 
 #if defined(__x86_64__)
@@ -478,12 +480,40 @@ inline char* thread_scratch(int64_t bytes) {
 // tie; of 64 x 256 x 128 from 64 x 512 x 128 float32 (42 MB, so it streams) 6.5 / 7.5 -> 6.8 /
 // 7.6 ms when first measured, a tie in stop 17 (4.13 -> 4.01 ms, medians of eight rounds,
 // plain stores against streaming ones in one process). 16-byte streaming stores gained
-// nothing over 8-byte ones; elements of 1 or 2 bytes are stored as usual. The threshold: the
-// 32 MB L3 of the measuring machine's core complex (sysconf reports the whole socket's 256 MB).
+// nothing over 8-byte ones; elements of 1 or 2 bytes are stored as usual.
+// The threshold is the last-level cache that the first CPU shares, as Linux reports it
+// (/sys/devices/system/cpu/cpu0/cache): 32 MB on the Zen 3 machine where the figures above were
+// measured (the L3 of its core complex; sysconf reports the whole socket's 256 MB), 300 MB on
+// an Emerald Rapids virtual machine, where arrays of 40-320 MB stay in the cache and streaming
+// stores measured slower (stop 19: gathers of the middle axis 2.71 -> 1.98 ms, of the
+// message-passing rows 10.3 -> 9.0, of 1e7 from 1e5 11.2 -> 9.4; the update gradient of "add"
+// 11.0 -> 9.5; medians of five rounds, plain stores against streaming ones in one process).
+// kStreamBytes where the size cannot be read.
 inline constexpr int64_t kStreamBytes = int64_t(32) << 20;
+// The size in bytes of the highest-level data or unified cache of CPU 0, or 0 if unknown.
+inline int64_t last_level_cache_bytes() {
+    int64_t best = 0;
+    int best_level = 0;
+    for (int i = 0; i < 16; ++i) {
+        std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+        std::ifstream level_file(dir + "level"), type_file(dir + "type"), size_file(dir + "size");
+        int level = 0;
+        std::string type, size;
+        if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) continue;
+        if (type == "Instruction" || size.empty() || level < best_level) continue;
+        char* end = nullptr;
+        int64_t n = std::strtoll(size.c_str(), &end, 10);
+        int64_t unit = *end == 'K' ? int64_t(1) << 10 : *end == 'M' ? int64_t(1) << 20 : *end == 'G' ? int64_t(1) << 30 : 1;
+        if (n > 0) best = n * unit, best_level = level;
+    }
+    return best;
+}
 // The threshold in force (tests lower it to reach the streaming paths with small arrays).
 inline int64_t& stream_bytes() {
-    static int64_t bytes = kStreamBytes;
+    static int64_t bytes = [] {
+        int64_t llc = last_level_cache_bytes();
+        return llc > 0 ? llc : kStreamBytes;
+    }();
     return bytes;
 }
 inline bool streams(int64_t footprint) { return footprint > stream_bytes(); }
