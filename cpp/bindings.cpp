@@ -628,4 +628,7 @@ NB_MODULE(_core, m) {
     m.def("set_stream_bytes", [](int64_t n) { return std::exchange(stream_bytes(), n); }, nb::arg("nbytes"),
           "Sets the size of a call (all its arrays) beyond which its output is written by streaming stores; "
           "returns the previous one (for tests).");
+    m.def("get_stream_bytes", [] { return stream_bytes(); },
+          "The size of a call (all its arrays) beyond which its output is written by streaming stores: the "
+          "last-level cache as Linux reports it, or 32 MiB.");
 }

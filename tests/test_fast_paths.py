@@ -497,4 +497,4 @@ def test_streaming_threshold_is_the_last_level_cache():
 
     threshold = _core.set_stream_bytes(0)
     _core.set_stream_bytes(threshold)
-    assert threshold == (_last_level_cache_bytes() or 32 << 20)
+    assert threshold == _core.get_stream_bytes() == (_last_level_cache_bytes() or 32 << 20)

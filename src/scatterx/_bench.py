@@ -785,11 +785,14 @@ def run(args: argparse.Namespace) -> int:
 
     speedups = [r.speedup for r in results if r.speedup and not r.failed]
     geomean = geometric_mean(speedups)
+    from . import _core
+
     header = (
         f"scatterx bench{' --quick' if args.quick else ''}: {settings.threads} threads, "
         f"copy bandwidth {bandwidth_start / 1e9:.1f} GB/s before, {bandwidths} beside the cases, "
         f"{bandwidth_end / 1e9:.1f} after, ms per call (median of {settings.repeat}), "
-        f"{_cpu_model()}, {os.cpu_count()} CPUs, load {load_before} -> {_load()}"
+        f"{_cpu_model()}, {os.cpu_count()} CPUs, streaming stores above {_core.get_stream_bytes() / 2**20:.0f} MiB, "
+        f"load {load_before} -> {_load()}"
     )
     print(header)
     print(format_table(results, names))
@@ -816,7 +819,8 @@ def run(args: argparse.Namespace) -> int:
         payload = {
             "settings": asdict(settings),
             "machine": {"cpu": _cpu_model(), "cpus": os.cpu_count(), "platform": platform.platform(),
-                        "load_before": load_before, "load_after": _load()},
+                        "load_before": load_before, "load_after": _load(),
+                        "stream_bytes": _core.get_stream_bytes()},
             "versions": _versions(),
             "copy_bandwidth_measurements": [bandwidth_start, bandwidth_end],
             "cases": [
