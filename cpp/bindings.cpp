@@ -13,8 +13,10 @@
 
 #if defined(__GLIBC__)
 #include <malloc.h>
+#include <sys/mman.h>
 #endif
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
@@ -411,6 +413,25 @@ void trim_locked(size_t keep) {
     }
 }
 
+// A new block of 4 MiB and more is marked for transparent huge pages, as NumPy's own allocator
+// marks its arrays (and following its setting, `huge_pages`, which the module reads from NumPy
+// at import). Without it, where Linux gives huge pages only to marked memory (THP "madvise"),
+// scatterx's results were the one large array of a call on 4 KiB pages, and random updates into
+// them paid a page walk at most of their accesses (Emerald Rapids machine, alternating processes,
+// medians: max0 21.8 -> 19.7 ms, vjp_max 91.1 -> 85.9, vjp_min 88.9 -> 83.6, mp_add 10.1 -> 9.4).
+constexpr size_t kHugeBytes = size_t(4) << 20;
+std::atomic<bool> huge_pages{false};
+bool set_huge_pages(bool on) { return huge_pages.exchange(on); }
+void advise_huge_pages(void* ptr, size_t size) {
+#if defined(MADV_HUGEPAGE)
+    const uintptr_t start = (reinterpret_cast<uintptr_t>(ptr) + 4095) & ~uintptr_t(4095);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(ptr) + size) & ~uintptr_t(4095);
+    if (end > start) madvise(reinterpret_cast<void*>(start), end - start, MADV_HUGEPAGE);
+#else
+    (void)ptr, (void)size;
+#endif
+}
+
 void* take(void*, size_t size) {
     if (size >= kMinBytes) {
         std::lock_guard<std::mutex> lk(mutex);
@@ -423,7 +444,9 @@ void* take(void*, size_t size) {
             }
         }
     }
-    return std::malloc(size);
+    void* ptr = std::malloc(size);
+    if (ptr && size >= kHugeBytes && huge_pages) advise_huge_pages(ptr, size);
+    return ptr;
 }
 void* take_zeroed(void*, size_t n, size_t size) { return std::calloc(n, size); }
 void* resize(void*, void* ptr, size_t size) { return std::realloc(ptr, size); }
@@ -622,6 +645,7 @@ NB_MODULE(_core, m) {
     m.def("empty", &empty_output, nb::arg("shape"), nb::arg("dtype"));
     m.def("set_output_cache_limit", &output_cache::set_limit, nb::arg("nbytes"));
     m.def("output_cache_bytes", &output_cache::held_bytes);
+    m.def("set_huge_pages", &output_cache::set_huge_pages, nb::arg("on"));
     m.def("first_bad_index", &first_bad_index, nb::arg("indices"), nb::arg("size"));
     m.def("set_num_threads", [](int n) { ThreadPool::instance().set_num_threads(n); }, nb::arg("n"));
     m.def("get_num_threads", [] { return ThreadPool::instance().num_threads(); });

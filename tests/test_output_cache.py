@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import subprocess
 import sys
 import threading
 
@@ -111,3 +114,62 @@ def test_threads_allocating_and_freeing_at_once():
 def test_bad_limits(bad, error):
     with pytest.raises(error):
         sx.set_output_cache_limit(bad)
+
+
+
+_HUGE_PAGE_CHECK = """
+import json
+import numpy as np
+import scatterx as sx
+from scatterx import _core
+
+def advised(address):
+    # Whether the mapping that holds `address` is marked for huge pages ("hg" in its VmFlags).
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                low, high = (int(x, 16) for x in head.split("-"))
+                inside = low <= address < high
+            elif inside and head == "VmFlags:":
+                return "hg" in line.split()[1:]
+    raise AssertionError(hex(address))
+
+def first_page(a):  # the marked range starts at the first page boundary inside a block
+    return (a.ctypes.data + 4096) // 4096 * 4096
+
+following = _core.set_huge_pages(True)
+indices = np.zeros((512, 1024), np.int64)
+updates = np.ones((512, 1024), np.float32)
+marked = {}
+for on, rows in ((True, 1024), (False, 1536)):
+    sx.set_output_cache_limit(0)  # drop kept blocks: the result is a new block of the cache's
+    sx.set_output_cache_limit(256 << 20)
+    _core.set_huge_pages(on)
+    data = np.zeros((rows, 1024), np.float32)  # 4 and 6 MiB: as large as NumPy's own rule marks
+    result = sx.scatter_elements(data, indices, updates, 0, "add")
+    assert (result[0] == 512).all() and (result[1:] == 0).all()
+    assert _core.output_cache_bytes() == 0
+    marked[str(on)] = advised(first_page(result))
+    del result
+    assert _core.output_cache_bytes() > 0  # it was the cache's
+own = np.empty((1024, 1024), np.float32)
+print(json.dumps({"marked": marked, "following": following, "numpy": advised(first_page(own))}))
+"""
+
+
+@pytest.mark.skipif(
+    not (os.path.exists("/sys/kernel/mm/transparent_hugepage") and os.path.exists("/proc/self/smaps")),
+    reason="no transparent huge pages",
+)
+def test_large_results_are_marked_for_huge_pages_as_numpy_marks_its_own():
+    # In a process where every large block is a mapping of its own (as the benchmark's memory
+    # probe runs), so that no block lands in memory that an earlier array had marked.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    proc = subprocess.run([sys.executable, "-c", _HUGE_PAGE_CHECK], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["marked"] == {"True": True, "False": False}
+    # At import scatterx follows NumPy, whose own 4 MiB array is marked or not alike.
+    assert report["following"] == report["numpy"]

@@ -1,5 +1,6 @@
 """Process-wide settings of the native core: the number of worker threads (default:
-SCATTERX_NUM_THREADS, else the usable cores) and the byte limit of the output cache."""
+SCATTERX_NUM_THREADS, else the usable cores), the byte limit of the output cache, and whether
+large results are marked for huge pages (as NumPy marks its own arrays)."""
 
 from __future__ import annotations
 
@@ -67,4 +68,22 @@ def _default_threads() -> int:
     return _usable_cores()
 
 
+def _numpy_huge_pages() -> bool:
+    """Whether NumPy marks its large arrays for transparent huge pages (its default on Linux
+    from kernel 4.6; a user may turn it off with ``_set_madvise_hugepage``), read by setting it
+    and setting it back. False where NumPy has no such setting."""
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # NumPy 1.x
+        from numpy.core import multiarray
+    toggle = getattr(multiarray, "_set_madvise_hugepage", None)
+    if toggle is None:
+        return False
+    enabled = toggle(True)
+    toggle(enabled)
+    return bool(enabled)
+
+
 _core.set_num_threads(_default_threads())
+# scatterx's large results are marked for huge pages when NumPy marks its own arrays.
+_core.set_huge_pages(_numpy_huge_pages())
