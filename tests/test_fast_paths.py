@@ -498,3 +498,39 @@ def test_streaming_threshold_is_the_last_level_cache():
     threshold = _core.set_stream_bytes(0)
     _core.set_stream_bytes(threshold)
     assert threshold == _core.get_stream_bytes() == (_last_level_cache_bytes() or 32 << 20)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("reduction", ["add", "max", "min"])
+def test_random_rows_of_a_large_target(threads, index_dtype, reduction):
+    """Targets at random rows of data larger than the walks' cache size (2 MiB, where the walk
+    asks for a later row's targets while it works on this one), negative indices among them,
+    against NumPy's one-by-one ``ufunc.at``; then one index out of bounds in the last rows, where
+    the requests for later rows run out, and one in a row that is asked for before it is worked
+    on: an IndexError naming it, and ``out`` keeps its contents."""
+    rng = np.random.default_rng(31)
+    data = rng.integers(-50, 50, (20_000, 40)).astype(np.float32)  # 3.2 MB
+    indices = rng.integers(-20_000, 20_000, (6_000, 40)).astype(index_dtype)
+    updates = rng.integers(-50, 50, indices.shape).astype(np.float32)
+    expected = data.copy()
+    UFUNCS[reduction].at(expected, (indices, np.arange(40)[None, :]), updates)
+    previous = sx.get_num_threads()
+    sx.set_num_threads(threads)
+    try:
+        got = sx.scatter_elements(data, indices, updates, 0, reduction)
+        np.testing.assert_array_equal(got, expected)
+        for row, col in [(5_998, 3), (2_000, 39)]:
+            bad = indices.copy()
+            bad[row, col] = 20_000
+            out = data.copy()
+            with pytest.raises(IndexError, match=rf"index 20000 at indices\[{row}, {col}\]"):
+                sx.scatter_elements(data, bad, updates, 0, reduction, out=out)
+            np.testing.assert_array_equal(out, data)
+            with pytest.raises(IndexError, match=rf"index 20000 at indices\[{row}, {col}\]"):
+                sx.scatter_elements(data, bad, updates, 0, reduction)
+            if reduction != "add":  # the backward's walks over the same random rows
+                with pytest.raises(IndexError, match=rf"index 20000 at indices\[{row}, {col}\]"):
+                    sx.scatter_elements_vjp(np.ones_like(data), data, bad, updates, 0, reduction)
+    finally:
+        sx.set_num_threads(previous)

@@ -330,6 +330,28 @@ template <class I, class F> inline void each_index(const I* iv, int64_t n, int64
             bad = true;
     }
 }
+// each_index, and with `ahead` (the indices of a later row, or null) also pf(j, w) for every
+// in-bounds ahead[j], w normalised, just before f(j, ...): the later row's requests spread over
+// this row's work. Issued as a burst, a row's requests at once, they fill the core's miss
+// buffers and the walk waits on the prefetch instructions themselves (in a profile of vjp_max,
+// whose walks still ask that way, a third of the samples fall just after them; the same spread
+// there showed no gain, docs/performance.md).
+template <class I, class F, class P>
+inline void each_index_ahead(const I* iv, const I* ahead, int64_t n, int64_t size, bool& bad, F&& f, P&& pf) {
+    if (!ahead) return each_index(iv, n, size, bad, f);
+    for (int64_t j = 0; j < n; ++j) {
+        int64_t w = int64_t(ahead[j]);
+        w += w < 0 ? size : 0;
+        if (uint64_t(w) < uint64_t(size)) pf(j, w);
+        const int64_t v = int64_t(iv[j]);
+        if (uint64_t(v) < uint64_t(size)) [[likely]]
+            f(j, v);
+        else if (v < 0 && v >= -size)
+            f(j, v + size);
+        else
+            bad = true;
+    }
+}
 // Whether `n` indices at byte stride `st` all equal the first.
 template <class I> inline bool all_equal(const char* ip, int64_t n, int64_t st) {
     const I first = *reinterpret_cast<const I*>(ip);
@@ -700,22 +722,30 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
                 continue;
             }
         }
-        if (far && j + kPrefetchRows < na) {
-            // Targets are random rows: ask for the lines of a later row now, so that many
-            // cache misses are in flight at once instead of one after another.
+        // Targets are random rows: ask for the lines of a later row, so that many cache misses
+        // are in flight at once instead of one after another; along the row being worked on,
+        // not as a burst before it (alternating processes, 13 of 13 rounds faster: max0
+        // 28.8-37.7 -> 27.1-33.8 ms, max0_i32 32.4-34.3 -> 26.7-28.7, max0_f16 45.6-48.4 ->
+        // 36.9-44.8).
+        const bool ask = far && j + kPrefetchRows < na;
+        if (typed) {
+            T* ov = reinterpret_cast<T*>(p[0]);
+            const I* ahead = ask ? reinterpret_cast<const I*>(ip + kPrefetchRows * astr[1]) : nullptr;
+            each_index_ahead(
+                iv, ahead, count, sb.size, *sb.bad,
+                [&](int64_t k, int64_t v) {
+                    Reducer<R>::apply(*reinterpret_cast<T*>(reinterpret_cast<char*>(ov + k) + v * sb.ostr), up[k]);
+                },
+                [&](int64_t k, int64_t w) { __builtin_prefetch(reinterpret_cast<char*>(ov + k) + w * sb.ostr, 1); });
+            continue;
+        }
+        if (ask) {
             const char* pip = ip + kPrefetchRows * astr[1];
             for (int64_t k = 0; k < count; ++k) {
                 const I raw = *reinterpret_cast<const I*>(pip + k * in[1]);
                 if (in_bounds(raw, sb.size))
                     __builtin_prefetch(p[0] + k * in[0] + normalise(raw, sb.size) * sb.ostr, 1);
             }
-        }
-        if (typed) {
-            T* ov = reinterpret_cast<T*>(p[0]);
-            each_index(iv, count, sb.size, *sb.bad, [&](int64_t k, int64_t v) {
-                Reducer<R>::apply(*reinterpret_cast<T*>(reinterpret_cast<char*>(ov + k) + v * sb.ostr), up[k]);
-            });
-            continue;
         }
         for (int64_t k = 0; k < count; ++k) {
             const I raw = *reinterpret_cast<const I*>(ip + k * in[1]);
