@@ -319,16 +319,16 @@ template <class I> inline int64_t normalise(I v, int64_t size) {
 // an out-of-bounds index is skipped and sets `bad`. The check sits in the same loop as the
 // work, as one predictable branch: a separate pass over the indices (or a vectorised reduction,
 // which on baseline x86-64 has no 64-bit vector compare) measured slower.
+template <class F> [[gnu::always_inline]] inline void on_index(int64_t j, int64_t v, int64_t size, bool& bad, F& f) {
+    if (uint64_t(v) < uint64_t(size)) [[likely]]
+        f(j, v);
+    else if (v < 0 && v >= -size)
+        f(j, v + size);
+    else
+        bad = true;
+}
 template <class I, class F> inline void each_index(const I* iv, int64_t n, int64_t size, bool& bad, F&& f) {
-    for (int64_t j = 0; j < n; ++j) {
-        const int64_t v = int64_t(iv[j]);
-        if (uint64_t(v) < uint64_t(size)) [[likely]]
-            f(j, v);
-        else if (v < 0 && v >= -size)
-            f(j, v + size);
-        else
-            bad = true;
-    }
+    for (int64_t j = 0; j < n; ++j) on_index(j, int64_t(iv[j]), size, bad, f);
 }
 // each_index, and with `ahead` (the indices of a later row, or null) also pf(j, w) for every
 // in-bounds ahead[j], w normalised, just before f(j, ...): the later row's requests spread over
@@ -343,13 +343,7 @@ inline void each_index_ahead(const I* iv, const I* ahead, int64_t n, int64_t siz
         int64_t w = int64_t(ahead[j]);
         w += w < 0 ? size : 0;
         if (uint64_t(w) < uint64_t(size)) pf(j, w);
-        const int64_t v = int64_t(iv[j]);
-        if (uint64_t(v) < uint64_t(size)) [[likely]]
-            f(j, v);
-        else if (v < 0 && v >= -size)
-            f(j, v + size);
-        else
-            bad = true;
+        on_index(j, int64_t(iv[j]), size, bad, f);
     }
 }
 // Whether `n` indices at byte stride `st` all equal the first.
