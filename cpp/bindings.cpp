@@ -417,8 +417,8 @@ void trim_locked(size_t keep) {
 // marks its arrays (and following its setting, `huge_pages`, which the module reads from NumPy
 // at import). Without it, where Linux gives huge pages only to marked memory (THP "madvise"),
 // scatterx's results were the one large array of a call on 4 KiB pages, and random updates into
-// them paid a page walk at most of their accesses (Emerald Rapids machine, alternating processes,
-// medians: max0 21.8 -> 19.7 ms, vjp_max 91.1 -> 85.9, vjp_min 88.9 -> 83.6, mp_add 10.1 -> 9.4).
+// them missed the TLB at a good share of their accesses (Emerald Rapids virtual machine: the
+// max0 pattern standalone 31.1-32.8 -> 28.1-29.1 ms; docs/performance.md, "Output memory").
 constexpr size_t kHugeBytes = size_t(4) << 20;
 std::atomic<bool> huge_pages{false};
 bool set_huge_pages(bool on) { return huge_pages.exchange(on); }
