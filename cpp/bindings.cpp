@@ -14,6 +14,7 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 #include <atomic>
@@ -424,8 +425,11 @@ std::atomic<bool> huge_pages{false};
 bool set_huge_pages(bool on) { return huge_pages.exchange(on); }
 void advise_huge_pages(void* ptr, size_t size) {
 #if defined(MADV_HUGEPAGE)
-    const uintptr_t start = (reinterpret_cast<uintptr_t>(ptr) + 4095) & ~uintptr_t(4095);
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(ptr) + size) & ~uintptr_t(4095);
+    // madvise takes whole pages: the pages inside the block (4 KiB on x86-64, 64 KiB on some
+    // ARM kernels).
+    static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+    const uintptr_t start = (reinterpret_cast<uintptr_t>(ptr) + page - 1) & ~(page - 1);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(ptr) + size) & ~(page - 1);
     if (end > start) madvise(reinterpret_cast<void*>(start), end - start, MADV_HUGEPAGE);
 #else
     (void)ptr, (void)size;

@@ -116,9 +116,9 @@ def test_bad_limits(bad, error):
         sx.set_output_cache_limit(bad)
 
 
-
 _HUGE_PAGE_CHECK = """
 import json
+import mmap
 import numpy as np
 import scatterx as sx
 from scatterx import _core
@@ -136,8 +136,10 @@ def advised(address):
                 return "hg" in line.split()[1:]
     raise AssertionError(hex(address))
 
+PAGE = mmap.PAGESIZE
+
 def first_page(a):  # the marked range starts at the first page boundary inside a block
-    return (a.ctypes.data + 4096) // 4096 * 4096
+    return (a.ctypes.data + PAGE) // PAGE * PAGE
 
 following = _core.set_huge_pages(True)
 indices = np.zeros((512, 1024), np.int64)
