@@ -562,6 +562,55 @@ def test_extremum_backward_native_and_numpy_agree(monkeypatch, reduction, dtype,
     assert (got[1] != 0).any() and (got[0] == 0).any()  # ties taken and lost
 
 
+def _extremum_three_ways(monkeypatch, g, d, i, u, axis, reduction):
+    """The native pass comparing values (on 1, 2 and 3 threads), reading the residuals' tie
+    masks, and the NumPy way (ties counted in integers), asserted bitwise the same."""
+    got = _vjp_on_1_2_3_threads(g, d, i, u, axis, reduction)
+    others = [_autodiff.scatter_backward(_autodiff.scatter_residuals(scatter_call(d, i, u, axis, reduction)), g)]
+    with monkeypatch.context() as m:
+        m.setattr(_autodiff, "_NATIVE_TIES_LIMIT", dict.fromkeys(_autodiff._NATIVE_TIES_LIMIT, 0))
+        others.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
+    for other in others:
+        for a, b in zip(got, other):
+            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    return got
+
+
+@pytest.mark.parametrize("reduction", ["max", "min"])
+@pytest.mark.parametrize("ties", [255, 256, 257, 511, 512, 700])
+def test_extremum_backward_counts_more_ties_than_a_byte(monkeypatch, reduction, ties):
+    """The native pass counts a target's tying updates in a byte and counts again in the
+    compute type when one wraps: hundreds of updates tie at one target of each column (data
+    loses there), the other targets get a few ties with data."""
+    rng = np.random.default_rng(ties)
+    sign = 1 if reduction == "max" else -1
+    d = rng.integers(0, 3, (40, 6)).astype(np.float32) * sign
+    d[0] = 0
+    i = rng.integers(1, 40, (ties + 100, 6))
+    i[:ties] = 0
+    u = rng.integers(0, 3, i.shape).astype(np.float32) * sign
+    u[:ties] = 5 * sign  # the result at row 0, from every one of them
+    g = rng.standard_normal(d.shape).astype(np.float32)
+    gd, gu = _extremum_three_ways(monkeypatch, g, d, i, u, 0, reduction)
+    np.testing.assert_array_equal(gd[0], 0)
+    share = g[0] / np.float32(ties)
+    np.testing.assert_array_equal(gu[:ties], np.broadcast_to(share, (ties, 6)))
+
+
+@pytest.mark.parametrize("reduction", ["max", "min"])
+def test_extremum_backward_in_groups_of_fibers(monkeypatch, reduction):
+    """An axis so long that the native pass counts a few fibers at a time (each fiber's byte
+    table is as long as the axis): groups of fibers within each thread's block."""
+    rng = np.random.default_rng(31)
+    d = rng.integers(-3, 4, (400_000, 9)).astype(np.float32)
+    i = rng.integers(-400_000, 400_000, (30_000, 9))
+    i[::7] = i[1::7][: len(i[::7])]  # many updates at a few targets: ties among updates
+    u = rng.integers(-3, 4, i.shape).astype(np.float32)
+    g = rng.standard_normal(d.shape).astype(np.float32)
+    gd, gu = _extremum_three_ways(monkeypatch, g, d, i, u, 0, reduction)
+    assert (gu != 0).any() and (gu == 0).any() and (gd == 0).any()
+
+
 @pytest.mark.parametrize("ishape", [(0, 3, 0), (0, 3, 4), (2, 3, 0)])
 def test_mul_backward_with_empty_indices(ishape):
     """No update: dD = G, dU is empty (empty arrays may carry any strides)."""

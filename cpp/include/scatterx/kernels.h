@@ -1410,19 +1410,32 @@ template <class V> struct ValueTies {
     void prefetch(int64_t t) const { __builtin_prefetch(Y + t); }  // the result at a later target
 };
 
+// The count of ties of a group of fibers is kept in a per-thread byte table (thread_scratch) of
+// at most this many bytes, one byte per element of the fibers, in L2. Counting there, fused
+// with the comparison (ValueTies), saves a walk of random targets in dD, which are not in the
+// cache: vjp_max 104.9-119.4 -> 87.3-102.3 ms, vjp_min 118-141 -> 105-108 ms (alternating
+// processes, two threads, 9 of 9 rounds faster); 512 KB was slower, 2 MB no different.
+inline constexpr int64_t kTieCountBytes = int64_t(1) << 20;
+// A count of ties in a byte that is not a character type, so that stores to it do not make the
+// compiler reload every pointer they might alias.
+enum class TieCount : uint8_t {};
 // The backward of "max" and "min" for the compute type T (float or double): G's share of
 // each target goes, evenly, to data there and to every update that ties with the result, with
-// no temporaries. Three native passes: by blocks of fibers, dD = 1 where data ties (else 0),
-// a walk adds 1 at the target of every tying update (a count, exact in T below 2^24 updates
-// per fiber for float, which the caller ensures), dD = G / count; by ranges of axis positions
-// (whole rows of indices per thread, as a gather), each tying update takes its target's share
-// (+0 the others); by blocks of fibers, dD = +0 where data does not tie. Arrays: dD (written)
-// is array 0 of the geometry, G C-contiguous like it; array 2 (`uties`, elements of `usize`
-// bytes) is the update masks or the updates, C-contiguous in indices' shape, and dU (written)
-// at its element positions; `ties` says what ties. Before stop 14 this was six NumPy passes
-// with temporaries of 47 % of vjp_max's inputs. Only the fibers of dD that a fiber of the indices
-// reaches are written (the caller sets the others). Returns false when an out-of-bounds index
-// was met (skipped).
+// no temporaries. Three passes. (1) By blocks of fibers, the count: a walk counts the tying
+// updates of each target of a group of fibers in a byte table (kTieCountBytes), finding each
+// update's tie on the way with ValueTies (kept in dU), then dD = G / (data tie + count). A
+// group in which a target has more than 255 ties counts again in dD, in T (exact below 2^24
+// updates per fiber for float, which the caller ensures). When the threads share out ranges of
+// axis positions rather than fibers (fewer fibers than threads), or one fiber's table would
+// exceed kTieCountBytes, ValueTies' ties are first found by ranges of axis positions and every
+// count is made in dD. (2) By ranges of axis positions (whole rows of indices per thread, as a
+// gather), each tying update takes its target's share (+0 the others). (3) By blocks of
+// fibers, dD = +0 where data does not tie. Arrays: dD (written) is array 0 of the geometry, G
+// C-contiguous like it; array 2 (`uties`, elements of `usize` bytes) is the update masks or
+// the updates, C-contiguous in indices' shape, and dU (written) at its element positions;
+// `ties` says what ties. Before stop 14 this was six NumPy passes with temporaries of 47 % of
+// vjp_max's inputs. Only the fibers of dD that a fiber of the indices reaches are written (the
+// caller sets the others). Returns false when an out-of-bounds index was met (skipped).
 template <class T, class I, class Ties>
 bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& ties, const char* indices,
                        const char* uties, int64_t usize, char* dU) {
@@ -1435,14 +1448,19 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
     const int rparts = std::max(fparts, xparts);  // the pass by axis positions
     // Prefetching pays only when the rows targeted do not fit in the cache anyway.
     const bool far = g.axis_size * g.axis_stride > kCacheBytes;
-    std::atomic<bool> bad{false};
-    // Calls f(element of dD, element of uties and dU) for every update of rows [j0, j1) of a
-    // block of `count` fibers at p (strides in[]): row by row when the axis comes before the
-    // fibers, else fiber by fiber.
-    // `compare`: the walk that compares with the result (ValueTies), which it prefetches instead
-    // of dD.
-    auto walk = [&](char* const* p, int64_t count, const int64_t* in, int64_t j0, int64_t j1, bool compare,
+    // Counting in a byte table per thread, fused with the comparison: when the threads share out
+    // the fibers and one fiber's table fits (see kTieCountBytes).
+    const int64_t bytes_per_group =
+        xparts == 1 && g.axis_size > 0 && g.axis_size <= kTieCountBytes ? kTieCountBytes : 0;
+    std::atomic<bool> bad{false}, no_memory{false};
+    // Calls f(element of dD, element of uties and dU, axis position, fiber) for every update of
+    // rows [j0, j1) of a block of `count` fibers at p (strides in[]; the fiber counted from p):
+    // row by row when the axis comes before the fibers, else fiber by fiber. A row walk asks
+    // for the targets of a later row by ask(element of dD, axis position, fiber) (nullptr:
+    // not at all).
+    auto walk = [&](char* const* p, int64_t count, const int64_t* in, int64_t j0, int64_t j1, auto&& ask,
                     bool& local_bad, auto&& f) {
+        constexpr bool asks = !std::is_same_v<std::decay_t<decltype(ask)>, std::nullptr_t>;
         const int64_t size = g.axis_size, dstr = g.axis_stride;
         const int64_t* astr = fs.astr;
         const int64_t t0 = (p[0] - dD) / N, u0 = (p[2] - uties) / usize, rstr = dstr / N;
@@ -1458,19 +1476,20 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                     prefetch_lines(p[2] + (j + kStreamRows) * astr[2], count * usize);
                     prefetch_lines(dU + (u0 + (j + kStreamRows) * astr[2] / usize) * N, count * N);
                 }
-                if (far && j + kPrefetchRows < j1) {
-                    // Random rows: ask for the targets of a later row now.
-                    const I* ahead = reinterpret_cast<const I*>(p[1] + (j + kPrefetchRows) * astr[1]);
-                    for (int64_t k = 0; k < count; ++k)
-                        if (in_bounds(ahead[k], size)) {
-                            const int64_t t = t0 + k + normalise(ahead[k], size) * rstr;
-                            if (compare) ties.prefetch(t);
-                            else __builtin_prefetch(out + t, 1);
-                        }
+                if constexpr (asks) {
+                    if (far && j + kPrefetchRows < j1) {
+                        // Random rows: ask for the targets of a later row now.
+                        const I* ahead = reinterpret_cast<const I*>(p[1] + (j + kPrefetchRows) * astr[1]);
+                        for (int64_t k = 0; k < count; ++k)
+                            if (in_bounds(ahead[k], size)) {
+                                const int64_t v = normalise(ahead[k], size);
+                                ask(t0 + k + v * rstr, v, k);
+                            }
+                    }
                 }
                 const int64_t q0 = u0 + j * astr[2] / usize;
                 each_index(reinterpret_cast<const I*>(p[1] + j * astr[1]), count, size, local_bad,
-                           [&](int64_t k, int64_t v) { f(t0 + k + v * rstr, q0 + k); });
+                           [&](int64_t k, int64_t v) { f(t0 + k + v * rstr, q0 + k, v, k); });
             }
             return;
         }
@@ -1480,21 +1499,27 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                 const int64_t j = j0 + (rows ? x : y), k = rows ? y : x;  // axis position, fiber
                 const I raw = *reinterpret_cast<const I*>(p[1] + j * astr[1] + k * in[1]);
                 if (!in_bounds(raw, size)) { local_bad = true; continue; }
-                f(t0 + (k * in[0] + normalise(raw, size) * dstr) / N, u0 + (j * astr[2] + k * in[2]) / usize);
+                const int64_t v = normalise(raw, size);
+                f(t0 + (k * in[0] + v * dstr) / N, u0 + (j * astr[2] + k * in[2]) / usize, v, k);
             }
     };
-    // Calls f(element of dD) for every element of a block, the smaller stride innermost.
+    // Calls f(element of dD, axis position, fiber) for every element of a block, the smaller
+    // stride innermost.
     auto each_position = [&](char* const* p, int64_t count, const int64_t* in, auto&& f) {
         const int64_t size = g.axis_size, dstr = g.axis_stride, off0 = p[0] - dD;
-        const bool rows = count > 1 && in[0] < dstr;
-        const int64_t outer = rows ? size : count, inner = rows ? count : size;
-        const int64_t so = rows ? dstr : in[0], si = rows ? in[0] : dstr;
-        for (int64_t a = 0; a < outer; ++a)
-            for (int64_t b = 0; b < inner; ++b) f((off0 + a * so + b * si) / N);
+        if (count > 1 && in[0] < dstr) {
+            for (int64_t a = 0; a < size; ++a)
+                for (int64_t k = 0; k < count; ++k) f((off0 + a * dstr + k * in[0]) / N, a, k);
+        } else {
+            for (int64_t k = 0; k < count; ++k)
+                for (int64_t a = 0; a < size; ++a) f((off0 + k * in[0] + a * dstr) / N, a, k);
+        }
     };
     T* const out = reinterpret_cast<T*>(dD);
     const T* const grad = reinterpret_cast<const T*>(G);
     T* const gu = reinterpret_cast<T*>(dU);
+    auto ask_out = [&](int64_t t, int64_t, int64_t) { __builtin_prefetch(out + t, 1); };
+    auto ask_ties = [&](int64_t t, int64_t, int64_t) { ties.prefetch(t); };
     // x where the mask byte is 1, +0 where it is 0, without a branch (the masks are random: a
     // branch on them mispredicts).
     using Bits = std::conditional_t<N == 4, uint32_t, uint64_t>;
@@ -1506,29 +1531,78 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
         return x;
     };
     if constexpr (Ties::compares) {
-        // Each update's tie into dU, by ranges of axis positions (as a gather reads the result).
-        parallel_blocks(fs, base, 1, rparts, [&](char* const* p, int64_t count, const int64_t* in, int xp, int xn) {
-            bool local_bad = false;
-            auto [j0, j1] = split_range(fs.na, xp, xn);
-            walk(p, count, in, j0, j1, true, local_bad, [&](int64_t t, int64_t q) { gu[q] = T(ties.update(q, t)); });
-            if (local_bad) bad.store(true, std::memory_order_relaxed);
-        });
+        // Each update's tie into dU, by ranges of axis positions (as a gather reads the result),
+        // unless the count finds them.
+        if (!bytes_per_group)
+            parallel_blocks(fs, base, 1, rparts, [&](char* const* p, int64_t count, const int64_t* in, int xp, int xn) {
+                bool local_bad = false;
+                auto [j0, j1] = split_range(fs.na, xp, xn);
+                walk(p, count, in, j0, j1, ask_ties, local_bad,
+                     [&](int64_t t, int64_t q, int64_t, int64_t) { gu[q] = T(ties.update(q, t)); });
+                if (local_bad) bad.store(true, std::memory_order_relaxed);
+            });
     }
+    // dD = G / count for fibers [0, c) of a block at q, counting in dD.
+    auto count_in_place = [&](char* const* q, int64_t c, const int64_t* in, bool& local_bad) {
+        each_position(q, c, in, [&](int64_t t, int64_t, int64_t) { out[t] = T(ties.data(t)); });
+        walk(q, c, in, 0, fs.na, ask_out, local_bad,
+             [&](int64_t t, int64_t u, int64_t, int64_t) { out[t] += T(ties.noted(gu, u)); });
+        each_position(q, c, in, [&](int64_t t, int64_t, int64_t) { out[t] = grad[t] / out[t]; });
+    };
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
-        each_position(p, count, in, [&](int64_t t) { out[t] = T(ties.data(t)); });
-        walk(p, count, in, 0, fs.na, false, local_bad, [&](int64_t t, int64_t q) { out[t] += T(ties.noted(gu, q)); });
-        each_position(p, count, in, [&](int64_t t) { out[t] = grad[t] / out[t]; });
+        if (!bytes_per_group) {
+            count_in_place(p, count, in, local_bad);
+        } else if (TieCount* const table = reinterpret_cast<TieCount*>(
+                       thread_scratch(std::min(count, bytes_per_group / g.axis_size) * g.axis_size))) {
+            const int64_t per = std::min(count, bytes_per_group / g.axis_size);
+            for (int64_t k0 = 0; k0 < count; k0 += per) {
+                const int64_t c = std::min(per, count - k0);
+                char* const q[4] = {p[0] + k0 * in[0], p[1] + k0 * in[1], p[2] + k0 * in[2], p[3] + k0 * in[3]};
+                std::memset(table, 0, size_t(c * g.axis_size));
+                // The tying updates of each target, counted in a byte (wrapping, noted); with
+                // ValueTies each update's tie is found here and kept in dU.
+                bool wrapped = false;
+                auto tally = [&](int64_t t, int64_t u, int64_t v, int64_t k) {
+                    uint8_t tie;
+                    if constexpr (Ties::compares) {
+                        tie = ties.update(u, t);
+                        gu[u] = T(tie);
+                    } else {
+                        tie = ties.noted(gu, u);
+                    }
+                    const uint8_t n = uint8_t(uint8_t(table[v * c + k]) + tie);
+                    table[v * c + k] = TieCount(n);
+                    wrapped |= (n == 0) & (tie != 0);
+                };
+                auto ask = [&](int64_t t, int64_t v, int64_t k) {
+                    if constexpr (Ties::compares) ties.prefetch(t);
+                    __builtin_prefetch(table + v * c + k, 1);
+                };
+                walk(q, c, in, 0, fs.na, ask, local_bad, tally);
+                if (wrapped) {
+                    count_in_place(q, c, in, local_bad);  // more than 255 ties at a target
+                    continue;
+                }
+                each_position(q, c, in, [&](int64_t t, int64_t a, int64_t k) {
+                    out[t] = grad[t] / (T(ties.data(t)) + T(uint8_t(table[a * c + k])));
+                });
+            }
+        } else {
+            no_memory.store(true, std::memory_order_relaxed);
+        }
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
+    if (no_memory.load()) throw std::bad_alloc();
     parallel_blocks(fs, base, 1, rparts, [&](char* const* p, int64_t count, const int64_t* in, int xp, int xn) {
         bool local_bad = false;
         auto [j0, j1] = split_range(fs.na, xp, xn);
-        walk(p, count, in, j0, j1, false, local_bad, [&](int64_t t, int64_t q) { gu[q] = keep(out[t], ties.noted(gu, q)); });
+        walk(p, count, in, j0, j1, ask_out, local_bad,
+             [&](int64_t t, int64_t q, int64_t, int64_t) { gu[q] = keep(out[t], ties.noted(gu, q)); });
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
-        each_position(p, count, in, [&](int64_t t) { out[t] = keep(out[t], ties.data(t)); });
+        each_position(p, count, in, [&](int64_t t, int64_t, int64_t) { out[t] = keep(out[t], ties.data(t)); });
     });
     return !bad.load();
 }
