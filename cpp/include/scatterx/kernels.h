@@ -1551,11 +1551,11 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
     };
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
-        if (!bytes_per_group) {
+        const int64_t per = bytes_per_group ? std::min(count, bytes_per_group / g.axis_size) : 0;
+        TieCount* const table = per ? reinterpret_cast<TieCount*>(thread_scratch(per * g.axis_size)) : nullptr;
+        if (!per) {
             count_in_place(p, count, in, local_bad);
-        } else if (TieCount* const table = reinterpret_cast<TieCount*>(
-                       thread_scratch(std::min(count, bytes_per_group / g.axis_size) * g.axis_size))) {
-            const int64_t per = std::min(count, bytes_per_group / g.axis_size);
+        } else if (table) {
             for (int64_t k0 = 0; k0 < count; k0 += per) {
                 const int64_t c = std::min(per, count - k0);
                 char* const q[4] = {p[0] + k0 * in[0], p[1] + k0 * in[1], p[2] + k0 * in[2], p[3] + k0 * in[3]};
