@@ -533,6 +533,20 @@ def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, 
         np.testing.assert_allclose(a, b, rtol=rtol, atol=0)
 
 
+def _extremum_three_ways(monkeypatch, g, d, i, u, axis, reduction):
+    """The native pass comparing values (on 1, 2 and 3 threads), reading the residuals' tie
+    masks, and the NumPy way (ties counted in integers), asserted bitwise the same."""
+    got = _vjp_on_1_2_3_threads(g, d, i, u, axis, reduction)
+    others = [_autodiff.scatter_backward(_autodiff.scatter_residuals(scatter_call(d, i, u, axis, reduction)), g)]
+    with monkeypatch.context() as m:
+        m.setattr(_autodiff, "_NATIVE_TIES_LIMIT", dict.fromkeys(_autodiff._NATIVE_TIES_LIMIT, 0))
+        others.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
+    for other in others:
+        for a, b in zip(got, other):
+            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    return got
+
+
 @pytest.mark.parametrize("reduction", ["max", "min"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize(
@@ -552,28 +566,8 @@ def test_extremum_backward_native_and_numpy_agree(monkeypatch, reduction, dtype,
     u[rng.random(index_shape) < 0.01] = np.nan
     i = rng.integers(-data_shape[axis], data_shape[axis], index_shape)
     g = rng.standard_normal(data_shape).astype(dtype)
-    got = _vjp_on_1_2_3_threads(g, d, i, u, axis, reduction)
-    others = [_autodiff.scatter_backward(_autodiff.scatter_residuals(scatter_call(d, i, u, axis, reduction)), g)]
-    monkeypatch.setattr(_autodiff, "_NATIVE_TIES_LIMIT", dict.fromkeys(_autodiff._NATIVE_TIES_LIMIT, 0))
-    others.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
-    for other in others:
-        for a, b in zip(got, other):
-            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    got = _extremum_three_ways(monkeypatch, g, d, i, u, axis, reduction)
     assert (got[1] != 0).any() and (got[0] == 0).any()  # ties taken and lost
-
-
-def _extremum_three_ways(monkeypatch, g, d, i, u, axis, reduction):
-    """The native pass comparing values (on 1, 2 and 3 threads), reading the residuals' tie
-    masks, and the NumPy way (ties counted in integers), asserted bitwise the same."""
-    got = _vjp_on_1_2_3_threads(g, d, i, u, axis, reduction)
-    others = [_autodiff.scatter_backward(_autodiff.scatter_residuals(scatter_call(d, i, u, axis, reduction)), g)]
-    with monkeypatch.context() as m:
-        m.setattr(_autodiff, "_NATIVE_TIES_LIMIT", dict.fromkeys(_autodiff._NATIVE_TIES_LIMIT, 0))
-        others.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
-    for other in others:
-        for a, b in zip(got, other):
-            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
-    return got
 
 
 @pytest.mark.parametrize("reduction", ["max", "min"])

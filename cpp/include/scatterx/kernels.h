@@ -1456,11 +1456,9 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
     // Calls f(element of dD, element of uties and dU, axis position, fiber) for every update of
     // rows [j0, j1) of a block of `count` fibers at p (strides in[]; the fiber counted from p):
     // row by row when the axis comes before the fibers, else fiber by fiber. A row walk asks
-    // for the targets of a later row by ask(element of dD, axis position, fiber) (nullptr:
-    // not at all).
+    // for the targets of a later row by ask(element of dD, axis position, fiber).
     auto walk = [&](char* const* p, int64_t count, const int64_t* in, int64_t j0, int64_t j1, auto&& ask,
                     bool& local_bad, auto&& f) {
-        constexpr bool asks = !std::is_same_v<std::decay_t<decltype(ask)>, std::nullptr_t>;
         const int64_t size = g.axis_size, dstr = g.axis_stride;
         const int64_t* astr = fs.astr;
         const int64_t t0 = (p[0] - dD) / N, u0 = (p[2] - uties) / usize, rstr = dstr / N;
@@ -1476,16 +1474,14 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                     prefetch_lines(p[2] + (j + kStreamRows) * astr[2], count * usize);
                     prefetch_lines(dU + (u0 + (j + kStreamRows) * astr[2] / usize) * N, count * N);
                 }
-                if constexpr (asks) {
-                    if (far && j + kPrefetchRows < j1) {
-                        // Random rows: ask for the targets of a later row now.
-                        const I* ahead = reinterpret_cast<const I*>(p[1] + (j + kPrefetchRows) * astr[1]);
-                        for (int64_t k = 0; k < count; ++k)
-                            if (in_bounds(ahead[k], size)) {
-                                const int64_t v = normalise(ahead[k], size);
-                                ask(t0 + k + v * rstr, v, k);
-                            }
-                    }
+                if (far && j + kPrefetchRows < j1) {
+                    // Random rows: ask for the targets of a later row now.
+                    const I* ahead = reinterpret_cast<const I*>(p[1] + (j + kPrefetchRows) * astr[1]);
+                    for (int64_t k = 0; k < count; ++k)
+                        if (in_bounds(ahead[k], size)) {
+                            const int64_t v = normalise(ahead[k], size);
+                            ask(t0 + k + v * rstr, v, k);
+                        }
                 }
                 const int64_t q0 = u0 + j * astr[2] / usize;
                 each_index(reinterpret_cast<const I*>(p[1] + j * astr[1]), count, size, local_bad,
