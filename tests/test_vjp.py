@@ -643,12 +643,14 @@ def test_backward_names_an_index_out_of_bounds_met_by_its_walks(reduction, bad, 
         (np.float32, (300, 37), (300, 20)),  # rows of 148 bytes: streamed out from a misaligned start
         (np.complex64, (200, 64), (200, 90)),  # more updates than targets: duplicates in every row
         (np.float64, (3, 9000), (3, 50)),  # rows of 72 KB, longer than a staged row
+        (np.float64, (3, 100), (3, 9000)),  # 72 KB of update gradients a row: not staged
     ],
 )
 def test_none_backward_of_rows_staged_or_not(dtype, data_shape, index_shape, streaming, request):
     """The backward of "none" along a last axis, against the literal oracle, bitwise the same on
-    1, 2 and 3 threads. With `streaming`, each row is staged in a per-thread buffer and written
-    out by streaming stores, as in a large call (normally above 32 MB in all)."""
+    1, 2 and 3 threads. With `streaming`, each row and its update gradients are staged in a
+    per-thread buffer and written out by streaming stores, as in a large call (normally above
+    32 MB in all)."""
     if streaming:
         request.getfixturevalue("streaming_outputs")
     rng = np.random.default_rng(29)
