@@ -643,7 +643,7 @@ def test_backward_names_an_index_out_of_bounds_met_by_its_walks(reduction, bad, 
         (np.float32, (300, 37), (300, 20)),  # rows of 148 bytes: streamed out from a misaligned start
         (np.complex64, (200, 64), (200, 90)),  # more updates than targets: duplicates in every row
         (np.float64, (3, 9000), (3, 50)),  # rows of 72 KB, longer than a staged row
-        (np.float64, (3, 100), (3, 9000)),  # 72 KB of update gradients a row: not staged
+        (np.float64, (3, 100), (3, 9000)),  # 72 KB of update gradients a row: the row staged, they not
     ],
 )
 def test_none_backward_of_rows_staged_or_not(dtype, data_shape, index_shape, streaming, request):

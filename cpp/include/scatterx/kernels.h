@@ -1098,11 +1098,12 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
             // before they are written (vjp_none 2.81 -> 2.27 ms, medians of six
             // alternating-process rounds, every round faster). The row's update gradients too,
             // into the buffer's tail (stop 22, Zen 3, alternating in one process: 3.9-4.2 ->
-            // 3.3-3.5 ms, medians of three runs of nine rounds, 26 of 27 rounds faster).
+            // 3.3-3.5 ms, medians of three runs of nine rounds, 26 of 27 rounds faster), when
+            // they are no longer than a staged row.
             const int64_t row_bytes = (size * N + 63) & ~int64_t(63);
-            char* const stage = stream && typed && size * N <= kRowStageBytes && fs.na * N <= kRowStageBytes
-                                    ? thread_scratch(row_bytes + fs.na * N) : nullptr;
-            char* const ustage = stage ? stage + row_bytes : nullptr;
+            const int64_t u_bytes = fs.na * N <= kRowStageBytes ? fs.na * N : 0;
+            char* const stage = stream && typed && size * N <= kRowStageBytes ? thread_scratch(row_bytes + u_bytes) : nullptr;
+            char* const ustage = stage && u_bytes ? stage + row_bytes : nullptr;
             for (int64_t k = 0; k < count; ++k) {
                 if (typed && k + 1 < count) {
                     // The walk goes backwards through the row's indices and gradients, which
