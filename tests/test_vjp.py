@@ -594,10 +594,11 @@ def test_extremum_backward_counts_more_ties_than_a_byte(monkeypatch, reduction, 
 @pytest.mark.parametrize("reduction", ["max", "min"])
 def test_extremum_backward_in_groups_of_fibers(monkeypatch, reduction):
     """An axis so long that the native pass counts a few fibers at a time (each fiber's byte
-    table is as long as the axis): groups of fibers within each thread's block."""
+    table is as long as the axis): groups of fibers within each thread's block (a 2 MB table
+    holds 5 fibers of 400 000; 13 fibers make blocks of 7 and 6 on two threads)."""
     rng = np.random.default_rng(31)
-    d = rng.integers(-3, 4, (400_000, 9)).astype(np.float32)
-    i = rng.integers(-400_000, 400_000, (30_000, 9))
+    d = rng.integers(-3, 4, (400_000, 13)).astype(np.float32)
+    i = rng.integers(-400_000, 400_000, (30_000, 13))
     i[::7] = i[1::7][: len(i[::7])]  # many updates at a few targets: ties among updates
     u = rng.integers(-3, 4, i.shape).astype(np.float32)
     g = rng.standard_normal(d.shape).astype(np.float32)

@@ -1428,11 +1428,17 @@ template <class V> struct ValueTies {
 };
 
 // The count of ties of a group of fibers is kept in a per-thread byte table (thread_scratch) of
-// at most this many bytes, one byte per element of the fibers, in L2. Counting there, fused
-// with the comparison (ValueTies), saves a walk of random targets in dD, which are not in the
-// cache: vjp_max 104.9-119.4 -> 87.3-102.3 ms, vjp_min 118-141 -> 105-108 ms (alternating
-// processes, two threads, 9 of 9 rounds faster); 512 KB was slower, 2 MB no different.
-inline constexpr int64_t kTieCountBytes = int64_t(1) << 20;
+// at most this many bytes, one byte per element of the fibers. Counting there, fused with the
+// comparison (ValueTies), saves a walk of random targets in dD, which are not in the cache:
+// vjp_max 104.9-119.4 -> 87.3-102.3 ms, vjp_min 118-141 -> 105-108 ms (alternating processes,
+// two threads, 9 of 9 rounds faster); 512 KB was slower. Each group walks every row of its
+// block's indices and reads the result at random where they point, so a block in fewer groups
+// reads fewer random lines: at 1 MB a block of vjp_max's (16 of 32 fibers, 100 000 long) went
+// in two groups of 10 and 6 fibers, both reading the same line of each target row; at 2 MB it
+// is one group (stop 23, the Zen 3 machine, one process alternating, two threads, medians of
+// ten rounds of five calls: vjp_max 144 -> 134 ms, vjp_min 178 -> 147, each 7 of 10 rounds
+// faster).
+inline constexpr int64_t kTieCountBytes = int64_t(2) << 20;
 // A count of ties in a byte that is not a character type, so that stores to it do not make the
 // compiler reload every pointer they might alias.
 enum class TieCount : uint8_t {};
