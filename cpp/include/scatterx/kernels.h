@@ -937,6 +937,19 @@ template <int64_t N, class I, bool Stream>
     return gather_fiber_at<N, I, Stream>(iv, n, src, stride, out, size, next, lines);
 }
 
+// A gather along an outer axis from rows beyond the cache (`far`) asks for the random source
+// elements of the row that starts about this many elements later. Stop 19, on Emerald Rapids
+// (2 MB of L2, 300 MB of L3), did without: prefetching 8 rows (256 elements) ahead made
+// gather_max0 (200000 x 32 from 100000 x 32 float32) slower, 16.2 -> 20.5 and 21.0 -> 22.5 ms
+// in alternating processes, 10 of 11 rounds; the out-of-order core alone overlapped enough of
+// the misses. On the Zen 3 machine (512 KB of L2, 32 MB of L3 filled only by what L2 evicts, so
+// the table's lines come from memory) it is the other way round (stop 23, one process
+// alternating, two threads, medians of six rounds of five calls): none 58.3 ms, 64 elements
+// ahead 19.0, 128 ahead 20.6, 256 ahead 22.2, every round; in a slower hour, 32 / 64 / 96
+// ahead 46.2 / 42.2 / 42.9. Rows in the cache are not prefetched: gather_mid, whose slabs are
+// read in first (warm_rows), took 4.6 -> 6.7 ms with the prefetch.
+inline constexpr int64_t kGatherAhead = 64;
+
 // Element size only matters for a gather: it moves bytes. Returns false when an out-of-bounds
 // index was met (its element was not read).
 template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* data, const char* indices, char* out) {
@@ -1000,6 +1013,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             // 4.5 / 3.2 / 3.5 ms in three rounds; gathers of other shapes unchanged). Only rows
             // whose `count` elements are contiguous (else the row's bytes are not all data's).
             if (in[0] == N) warm_rows(p[0], size, dstr, count * N, (j1 - j0) * count);
+            const int64_t ahead_rows = std::max<int64_t>(1, kGatherAhead / count);
             for (int64_t j = j0; j < j1; ++j) {
                 const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
                 char* op = p[2] + j * astr[2];
@@ -1019,14 +1033,14 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                         continue;
                     }
                 }
-                // Random source elements are not prefetched: their loads are independent, and
-                // the out-of-order core overlaps more of their misses without the prefetches
-                // (and the index loads these need) than with them (stop 19, Emerald Rapids,
-                // 200000 x 32 from 100000 x 32 float32, alternating processes: 20.5 -> 16.2 ms,
-                // then 22.5 -> 21.0 ms, faster in 10 of 11 rounds). The scatter keeps its
-                // prefetch of random targets, which measured faster with it (max0_i32 30.5
-                // against 40.6 ms, max0_f16 31.7 against 67.6).
                 if (contiguous) {
+                    if (far && j + ahead_rows < j1) {
+                        // Random source elements beyond the cache: ask for those of a later row.
+                        const I* later = reinterpret_cast<const I*>(p[1] + (j + ahead_rows) * astr[1]);
+                        for (int64_t k = 0; k < count; ++k)
+                            if (in_bounds(later[k], size))
+                                __builtin_prefetch(p[0] + k * N + normalise(later[k], size) * dstr);
+                    }
                     if (stream) {
                         each_index(iv, count, size, local_bad, [&](int64_t k, int64_t v) {
                             stream_element<N>(op + k * N, p[0] + k * N + v * dstr);
