@@ -379,6 +379,23 @@ def test_gather_by_streaming_stores(streaming_outputs, restore_threads, threads,
     assert buffer[0 if misaligned else -1] == 0  # nothing written outside out
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_gather_of_random_rows_beyond_the_cache(restore_threads, threads, index_dtype):
+    """Rows of random indices along axis 0 into a table larger than kCacheBytes (2 MB), whose
+    source elements are prefetched a few rows ahead: negative indices among them, and one out
+    of bounds in a row that an earlier row prefetches for (it is skipped there and raises)."""
+    sx.set_num_threads(threads)
+    rng = np.random.default_rng(41)
+    data = rng.standard_normal((20_000, 40)).astype(np.float32)  # 3.2 MB
+    indices = rng.integers(-20_000, 20_000, (30_001, 40)).astype(index_dtype)
+    want = np.take_along_axis(data, indices, 0)
+    np.testing.assert_array_equal(sx.gather_elements(data, indices, 0).view(np.uint8), want.view(np.uint8))
+    indices[29_999, 7] = -20_001
+    with pytest.raises(IndexError, match=r"index -20001 at indices\[29999, 7\]"):
+        sx.gather_elements(data, indices, 0)
+
+
 def test_streaming_gather_with_a_bad_index_raises(streaming_outputs):
     data = np.arange(1000, dtype=np.float64)
     indices = np.zeros(200_000, np.int64)
