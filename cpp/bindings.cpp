@@ -180,10 +180,11 @@ int64_t run_scatter(const View& data, const View& idx, const View& upd, const Vi
 
 // The probe of `scatterx bench` (probe.h): touches `span` bytes of `table` at each byte offset
 // of `positions` (int32 or int64), reading, or reading and storing back with `write`, prefetching
-// `ahead` positions early, while reading `stream` (uint8, or None) in step; with `ordered`, on
-// one thread with a second reading ahead of it.
+// `ahead` positions early, while reading `stream` (uint8, or None) in step, or with
+// `stream_written` writing it in full by streaming stores; with `ordered`, on one thread with a
+// second reading ahead of it.
 uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool write, int64_t ahead,
-               nb::handle stream_h, bool ordered) {
+               nb::handle stream_h, bool ordered, bool stream_written) {
     View table = view(table_h, "table", write), pos = view(positions_h, "positions");
     if (table.ndim != 1 || table.itemsize != 1 || table.strides[0] != 1 || pos.ndim != 1 ||
         (pos.itemsize != 4 && pos.itemsize != 8) || pos.strides[0] != pos.itemsize ||
@@ -192,7 +193,7 @@ uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool wr
     const char* stream = nullptr;
     int64_t stream_bytes = 0;
     if (!stream_h.is_none()) {
-        View st = view(stream_h, "stream");
+        View st = view(stream_h, "stream", stream_written);
         if (st.ndim != 1 || st.itemsize != 1 || (st.shape[0] > 1 && st.strides[0] != 1))
             throw std::invalid_argument("scatterx._core.touch: the stream must be a contiguous uint8 array");
         stream = st.data;
@@ -201,9 +202,9 @@ uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool wr
     nb::gil_scoped_release release;
     if (pos.itemsize == 4)
         return touch_lines(table.data, table.shape[0], reinterpret_cast<const int32_t*>(pos.data), pos.shape[0],
-                           span, write, ahead, stream, stream_bytes, ordered);
+                           span, write, ahead, stream, stream_bytes, ordered, stream_written);
     return touch_lines(table.data, table.shape[0], reinterpret_cast<const int64_t*>(pos.data), pos.shape[0],
-                       span, write, ahead, stream, stream_bytes, ordered);
+                       span, write, ahead, stream, stream_bytes, ordered, stream_written);
 }
 
 int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, nb::handle out_h,
@@ -632,7 +633,8 @@ NB_MODULE(_core, m) {
           nb::arg("axis"), nb::arg("reduction"), nb::arg("type_code"), nb::arg("copy"),
           nb::arg("precheck"));
     m.def("touch", &touch, nb::arg("table"), nb::arg("positions"), nb::arg("span"), nb::arg("write"),
-          nb::arg("ahead"), nb::arg("stream").none() = nb::none(), nb::arg("ordered") = false);
+          nb::arg("ahead"), nb::arg("stream").none() = nb::none(), nb::arg("ordered") = false,
+          nb::arg("stream_written") = false);
     m.def("gather", &gather, nb::arg("data"), nb::arg("indices"), nb::arg("out"), nb::arg("axis"),
           nb::arg("precheck"));
     m.def("scatter_fast", &scatter_fast, nb::arg("data"), nb::arg("indices"), nb::arg("updates"),

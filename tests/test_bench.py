@@ -207,6 +207,11 @@ def test_touches_are_the_targets_in_visiting_order():
     c, x = case("vjp_none")
     assert touches(c, x).stream_bytes == x.updates.nbytes
     assert touches(*case("tiny_3x3")) is None
+    # The kernel writes that stream for a gather (its result) and for a scatter's backward (the
+    # update gradients); it reads it for a scatter and for a gather's backward.
+    written = {c.name for c in CASES if c.has_bound and touches(*case(c.name)).stream_written}
+    assert written == {c.name for c in CASES if c.has_bound and c.op in ("gather", "scatter_vjp")}
+    assert "gather_max0" in written and "vjp_none" in written and "vjp_gather" not in written
     # Only one fiber of float adds or products must stay in order on one thread.
     ordered = {c.name for c in CASES if c.has_bound and touches(*case(c.name)).ordered}
     assert ordered == {"hist_add", "hist_add_i32"}
@@ -247,6 +252,14 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
                 extra = _core.touch(table, positions, span, write, ahead, whole, ordered) - want
                 assert extra == whole.size // 64
             assert _core.touch(table, positions, span, True, ahead, np.zeros(10, np.uint8), ordered) == want
+            if not ordered:
+                # A stream the kernel writes is written whole (reads nothing from it), each line
+                # by one thread, into a stream of any length and alignment.
+                for written in (np.ones(1_000_003, np.uint8), np.ones(8 * positions.size + 1, np.uint8)[1:]):
+                    for write in (False, True):
+                        written[:] = 1
+                        assert _core.touch(table, positions, span, write, ahead, written, False, True) == want
+                        assert not written.any()
     finally:
         sx.set_num_threads(previous)
     np.testing.assert_array_equal(table, before)

@@ -244,9 +244,10 @@ def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
     The same target positions in the same order, one byte per cache line, read or read and
     stored back, without index checks or arithmetic (``_core.touch``), while the values that
     move in sequence with them (one per index: updates read, gathered elements written, ...,
-    `Touches.stream_bytes`; the positions, as wide as the index, stand for it) are read in
-    step, one byte per line (reading costs less than writing, so the floor stays below what a
-    kernel pays). On one thread and on scatterx's threads (contiguous ranges), prefetched at
+    `Touches.stream_bytes`; the positions, as wide as the index, stand for it) go in step:
+    read one byte per line, or, where the kernel writes them (`Touches.stream_written`), written
+    in full by streaming stores as a large call's kernel writes them (on the Zen 3 machine a
+    read of each line cost more than that). On one thread and on scatterx's threads (contiguous ranges), prefetched at
     each of `_PROBE_AHEAD`: the fastest of these. Targets that must keep their order on one thread
     (`Touches.ordered`: one fiber of float adds or products) are not dealt out by ranges: on
     scatterx's threads one thread walks them all while a second reads ahead of it, as the
@@ -270,7 +271,7 @@ def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
     def probe(threads, ahead):
         def run():
             sx.set_num_threads(threads)
-            _core.touch(table, t.positions, t.span, t.write, ahead, stream, t.ordered)
+            _core.touch(table, t.positions, t.span, t.write, ahead, stream, t.ordered, t.stream_written)
         return run
 
     configs = {(n, a): probe(n, a) for n in sorted({1, settings.threads}) for a in _PROBE_AHEAD}

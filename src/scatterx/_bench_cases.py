@@ -244,7 +244,8 @@ class Touches:
     read-modify-write when `write` is set. `stream_bytes` are the values that move in sequence
     beside them, one per index: the updates a scatter reads, the elements a gather writes, the
     update gradients the backward of a scatter writes, the incoming gradient the backward of a
-    gather reads (the positions, read in sequence too, stand for the indices). `ordered` marks
+    gather reads (the positions, read in sequence too, stand for the indices); `stream_written`
+    says the kernel writes it (a gather's result, a scatter's update gradients). `ordered` marks
     the targets of one fiber whose floating-point adds or products must follow the order of the
     indices (SPEC section 2): no kernel can deal them out to threads by ranges of positions.
     """
@@ -255,6 +256,7 @@ class Touches:
     write: bool
     stream_bytes: int = 0
     ordered: bool = False
+    stream_written: bool = False
 
 
 def touches(case: Case, inputs: Inputs) -> Touches | None:
@@ -276,13 +278,14 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
     else:
         write = case.op != "gather"
     stream = indices.size * item
+    written = case.op in ("gather", "scatter_vjp")  # the result, the update gradients
     if inputs.index_rows is not None:
         rows = inputs.index_rows.reshape(-1).astype(np.int64)
         rows = np.where(rows < 0, rows + size, rows)
         row_bytes = item * math.prod(data.shape[1:])
         span = item * math.prod(indices.shape[1:])
         positions = _as_wide_as(rows * row_bytes, inputs.index_rows, data.nbytes)
-        return Touches(data.nbytes, positions, span, write, stream)
+        return Touches(data.nbytes, positions, span, write, stream, stream_written=written)
     coords = list(np.indices(indices.shape, sparse=True))
     coords[axis] = np.where(indices < 0, indices + size, indices)
     flat = np.ravel_multi_index(np.broadcast_arrays(*coords), data.shape).reshape(-1)
@@ -293,7 +296,7 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
         and not np.issubdtype(data.dtype, np.integer)
     )
     positions = _as_wide_as(flat * item, indices, data.nbytes)  # flat is intp: no int32 overflow
-    return Touches(data.nbytes, positions, item, write, stream, ordered)
+    return Touches(data.nbytes, positions, item, write, stream, ordered, written)
 
 
 def _as_wide_as(positions: np.ndarray, index: np.ndarray, table_bytes: int) -> np.ndarray:
