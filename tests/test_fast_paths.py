@@ -396,6 +396,30 @@ def test_gather_of_random_rows_beyond_the_cache(restore_threads, threads, index_
         sx.gather_elements(data, indices, 0)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_streaming_gather_along_a_middle_axis(streaming_outputs, restore_threads, threads, dtype, index_dtype):
+    """The gather along an outer axis writes four elements of 4 or 8 bytes per 16-byte streaming
+    store (stream_gather_run): rows of 50 (not a multiple of four), negative indices among the
+    fours, into an output 16-byte aligned or one element off; a bad index inside a four is
+    skipped there and raises."""
+    sx.set_num_threads(threads)
+    rng = np.random.default_rng(17)
+    data = (rng.standard_normal((6, 80, 50)) * 100).astype(dtype)
+    indices = rng.integers(-80, 80, (6, 41, 50)).astype(index_dtype)
+    want = np.take_along_axis(data, indices, 1)
+    for offset in (0, 1):
+        buffer = np.zeros(want.size + 1, dtype)
+        out = buffer[offset:offset + want.size].reshape(want.shape)
+        got = sx.gather_elements(data, indices, 1, out=out)
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+        assert buffer[want.size if offset == 0 else 0] == 0  # nothing written outside out
+    indices[4, 17, 22] = 80
+    with pytest.raises(IndexError, match=r"index 80 at indices\[4, 17, 22\]"):
+        sx.gather_elements(data, indices, 1)
+
+
 def test_streaming_gather_with_a_bad_index_raises(streaming_outputs):
     data = np.arange(1000, dtype=np.float64)
     indices = np.zeros(200_000, np.int64)
