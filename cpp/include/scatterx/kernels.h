@@ -944,14 +944,6 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
     return !bad.load();
 }
 
-// One contiguous fiber of a gather: out[j] = the N bytes at src + v * stride, v the normalised
-// value of iv[j], for j in [0, n); an out-of-bounds index is skipped and makes it return false.
-// The lines [next, next + 64 * lines) of a later fiber are prefetched along the way, spread
-// over the fiber. Four indices share one branch. A function of its own, not inlined: in the
-// module's large translation unit the loop written inline in the kernel ran 1.4x slower than
-// compiled alone (last-axis gather of 4096 x 256 from 4096 x 1024 float16, two threads: 1.05-1.10
-// ms inline, 0.73-0.76 ms with the compiler's inlining limits raised, 0.64-0.72 ms as this).
-// With `Stream`, out is written by streaming stores (the caller fences).
 // gather_fiber_at asks for its index stream this many bytes ahead, although it is read in order:
 // on the Zen 3 machine the hardware prefetcher alone left the walk waiting on it (stop 24, one
 // process alternating, two threads, medians of seven calls: gather 1e7 float64 from 1e5
@@ -963,6 +955,14 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
 // walks measured no gain.
 inline constexpr int64_t kGatherIndexAheadBytes = 1024;
 
+// One contiguous fiber of a gather: out[j] = the N bytes at src + v * stride, v the normalised
+// value of iv[j], for j in [0, n); an out-of-bounds index is skipped and makes it return false.
+// The lines [next, next + 64 * lines) of a later fiber are prefetched along the way, spread
+// over the fiber. Four indices share one branch. A function of its own, not inlined: in the
+// module's large translation unit the loop written inline in the kernel ran 1.4x slower than
+// compiled alone (last-axis gather of 4096 x 256 from 4096 x 1024 float16, two threads: 1.05-1.10
+// ms inline, 0.73-0.76 ms with the compiler's inlining limits raised, 0.64-0.72 ms as this).
+// With `Stream`, out is written by streaming stores (the caller fences).
 template <int64_t N, class I, bool Stream, class Stride>
 inline bool gather_fiber_at(const I* iv, int64_t n, const char* src, Stride stride, char* out, int64_t size,
                             const char* next, int64_t lines) {
