@@ -569,8 +569,9 @@ inline void stream_copy(char* dst, const char* src, int64_t bytes) {
 }
 // Four elements of N bytes (4 or 8) to dst, 16-byte aligned, by 16-byte streaming stores. On the
 // Zen 3 machine a stream written 8 bytes per streaming store moved slower than one written 32
-// bytes per store (standalone, two threads, 80 MB of int64 read and written: 9.7-10.5 against
-// 6.5-8.0 ms); a gather along an outer axis wrote one element (4 bytes) per store.
+// bytes per store (standalone, two threads, 80 MB of int64 read and written: 9.7-12.1 against
+// 6.5-8.0 ms; medians of 11 calls, five and three runs); a gather along an outer axis wrote one
+// element (4 bytes) per store.
 template <int64_t N> inline void stream_four(char* dst, const char* a, const char* b, const char* c, const char* d) {
 #if defined(__x86_64__)
     if constexpr (N == 4) {
@@ -589,8 +590,8 @@ template <int64_t N> inline void stream_four(char* dst, const char* a, const cha
     stream_element<N>(dst, a), stream_element<N>(dst + N, b), stream_element<N>(dst + 2 * N, c),
         stream_element<N>(dst + 3 * N, d);
 }
-// out[k] = the N bytes at at(k, v) for v the normalised value of iv[k], k < n, by streaming
-// stores; elements of 4 or 8 bytes four at a time by 16-byte stores where out allows it (as in
+// out[k] = the N bytes at src + k * N + v * stride for v the normalised value of iv[k], k < n
+// (a row of fibers gathered along an outer axis), by streaming stores; elements of 4 or 8 bytes four at a time by 16-byte stores where out allows it (as in
 // gather_fiber_at, the four indices share one branch). An out-of-bounds index is skipped and
 // sets `bad`. Used by the gather along an outer axis (stop 24, one process alternating with the
 // element-by-element stores, two threads, medians of seven calls: gather_mid 4.62 -> 4.31 ms,
@@ -598,8 +599,10 @@ template <int64_t N> inline void stream_four(char* dst, const char* a, const cha
 // alternating processes: gather_mid 4.45 -> 3.30 ms, 5 of 6 rounds; gather_max0 22.7 -> 21.8,
 // 6 of 8). For a 1-D gather of float64 (gather_fiber_at) the same stores measured no gain
 // (11.9 / 11.7 ms, 2 of 10 rounds faster).
-template <int64_t N, class I, class At>
-inline void stream_gather_run(const I* iv, int64_t n, int64_t size, bool& bad, char* out, At&& at) {
+template <int64_t N, class I>
+inline void stream_gather_run(const I* iv, int64_t n, int64_t size, bool& bad, char* out, const char* src,
+                              int64_t stride) {
+    auto at = [src, stride](int64_t k, int64_t v) { return src + k * N + v * stride; };
     auto one = [&](int64_t from, int64_t count) {
         each_index(iv + from, count, size, bad,
                    [&](int64_t q, int64_t v) { stream_element<N>(out + (from + q) * N, at(from + q, v)); });
@@ -1112,9 +1115,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                                 __builtin_prefetch(p[0] + k * N + normalise(later[k], size) * dstr);
                     }
                     if (stream) {
-                        const char* const src0 = p[0];
-                        stream_gather_run<N>(iv, count, size, local_bad, op,
-                                             [src0, dstr](int64_t k, int64_t v) { return src0 + k * N + v * dstr; });
+                        stream_gather_run<N>(iv, count, size, local_bad, op, p[0], dstr);
                     } else {
                         each_index(iv, count, size, local_bad, [&](int64_t k, int64_t v) {
                             std::memcpy(op + k * N, p[0] + k * N + v * dstr, size_t(N));
