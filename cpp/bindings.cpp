@@ -207,6 +207,41 @@ uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool wr
                        span, write, ahead, stream, stream_bytes, ordered, stream_written);
 }
 
+// The ordered loop of `scatterx bench` (probe.h, ordered_adds): a float32 or float64 `table`,
+// `values` of its type and int32 or int64 `positions` (one per value, each within the table),
+// all contiguous; the stretch of positions and values applied over and over until `count` adds.
+void ordered_adds_loop(nb::handle table_h, nb::handle positions_h, nb::handle values_h, int64_t count) {
+    View table = view(table_h, "table", true), pos = view(positions_h, "positions"), val = view(values_h, "values");
+    auto kind = [](nb::handle h) { return PyArray_DESCR(reinterpret_cast<PyArrayObject*>(h.ptr()))->kind; };
+    auto dense = [](const View& v) { return v.ndim == 1 && (v.shape[0] <= 1 || v.strides[0] == v.itemsize); };
+    if (!dense(table) || !dense(val) || !dense(pos) || kind(table_h) != 'f' || kind(values_h) != 'f' ||
+        kind(positions_h) != 'i' || (table.itemsize != 4 && table.itemsize != 8) || val.itemsize != table.itemsize ||
+        (pos.itemsize != 4 && pos.itemsize != 8) || pos.shape[0] != val.shape[0] || count < 0 ||
+        (count > 0 && pos.shape[0] == 0))
+        throw std::invalid_argument(
+            "scatterx._core.ordered_adds: a contiguous float32 or float64 table, values of its type and as many "
+            "int32 or int64 positions, a count >= 0");
+    const int64_t n = pos.shape[0], size = table.shape[0];
+    for (int64_t k = 0; k < n; ++k) {
+        const int64_t v = pos.itemsize == 4 ? int64_t(reinterpret_cast<const int32_t*>(pos.data)[k])
+                                            : reinterpret_cast<const int64_t*>(pos.data)[k];
+        if (v < 0 || v >= size) throw std::invalid_argument("scatterx._core.ordered_adds: a position outside the table");
+    }
+    nb::gil_scoped_release release;
+    auto go = [&](auto t, auto p) {
+        using T = typename decltype(t)::type;
+        using P = typename decltype(p)::type;
+        ordered_adds(reinterpret_cast<T*>(table.data), reinterpret_cast<const P*>(pos.data),
+                     reinterpret_cast<const T*>(val.data), n, count);
+    };
+    if (table.itemsize == 4)
+        pos.itemsize == 4 ? go(std::type_identity<float>{}, std::type_identity<int32_t>{})
+                          : go(std::type_identity<float>{}, std::type_identity<int64_t>{});
+    else
+        pos.itemsize == 4 ? go(std::type_identity<double>{}, std::type_identity<int32_t>{})
+                          : go(std::type_identity<double>{}, std::type_identity<int64_t>{});
+}
+
 int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, nb::handle out_h,
                 int axis, int reduction, int type_code, bool copy, bool precheck) {
     View data = view(data_h, "data"), idx = view(indices_h, "indices");
@@ -635,6 +670,8 @@ NB_MODULE(_core, m) {
     m.def("touch", &touch, nb::arg("table"), nb::arg("positions"), nb::arg("span"), nb::arg("write"),
           nb::arg("ahead"), nb::arg("stream").none() = nb::none(), nb::arg("ordered") = false,
           nb::arg("stream_written") = false);
+    m.def("ordered_adds", &ordered_adds_loop, nb::arg("table"), nb::arg("positions"), nb::arg("values"),
+          nb::arg("count"));
     m.def("gather", &gather, nb::arg("data"), nb::arg("indices"), nb::arg("out"), nb::arg("axis"),
           nb::arg("precheck"));
     m.def("scatter_fast", &scatter_fast, nb::arg("data"), nb::arg("indices"), nb::arg("updates"),

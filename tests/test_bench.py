@@ -356,3 +356,73 @@ def test_plot_writes_a_png(tmp_path):
     rc = _bench.main(["--quick", "--cases", "tiny_3x3", "--peers", "numpy", "--no-memory", "--plot", str(path)])
     assert rc == 0
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("width", [np.int32, np.int64])
+def test_the_ordered_loop_applies_its_stretch_over_and_over_in_order(dtype, width):
+    from scatterx import _core
+
+    rng = np.random.default_rng(11)
+    table = rng.standard_normal(300).astype(dtype)
+    positions = rng.integers(0, table.size, 1024).astype(width)
+    positions[:4] = [7, 7, 299, 0]  # repeats and both ends of the table
+    values = rng.standard_normal(1024).astype(dtype)
+    for count in (0, 1, 1000, 1024, 2500):
+        # ufunc.at adds in the order of its indices, one element at a time, in the array's type.
+        want = table.copy()
+        reps = -(-count // positions.size)
+        np.add.at(want, np.tile(positions, reps)[:count], np.tile(values, reps)[:count])
+        got = table.copy()
+        _core.ordered_adds(got, positions, values, count)
+        np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+def test_the_ordered_loop_refuses_what_it_cannot_run():
+    from scatterx import _core
+
+    table, positions, values = np.zeros(10), np.arange(4, dtype=np.int64), np.ones(4)
+    for bad in ([10, 0, 0, 0], [-1, 0, 0, 0]):  # no index checks in the loop: refused before it
+        with pytest.raises(ValueError, match="outside the table"):
+            _core.ordered_adds(table, np.array(bad, np.int64), values, 8)
+    wrong = [
+        (table.astype(np.float16), positions, values.astype(np.float16), 8),
+        (table, positions, values.astype(np.float32), 8),
+        (table, positions.astype(np.float64), values, 8),
+        (table, positions[:3], values, 8),
+        (table, positions[::2], values[::2], 8),
+        (np.zeros((2, 5)), positions, values, 8),
+        (table, positions, values, -1),
+        (table, positions[:0], values[:0], 8),
+    ]
+    for args in wrong:
+        with pytest.raises(ValueError, match="ordered_adds"):
+            _core.ordered_adds(*args)
+    table.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        _core.ordered_adds(table, positions, values, 8)
+    assert not table.any()
+
+
+def test_the_ordered_loop_is_measured_for_ordered_fibers_of_adds_only():
+    for name in ("hist_add", "hist_add_i32"):
+        c = next(x for x in CASES if x.name == name)
+        assert _bench.ordered_loop(c, build_inputs(c, quick=True), SETTINGS) > 0
+    for name in ("mp_add", "max0", "gather_hist", "mid_mul", "tiny_3x3"):
+        c = next(x for x in CASES if x.name == name)
+        assert _bench.ordered_loop(c, build_inputs(c, quick=True), SETTINGS) is None
+
+
+def test_an_ordered_loop_beyond_the_bound_puts_a_case_out_of_reach():
+    def result(name, ours, floor, loop):
+        return _bench.CaseResult(name, "", 0, 1.0, {"scatterx": _bench.ImplResult("ok", ms=ours)}, floor, loop)
+
+    held = result("held", 2.4, 3.0, 2.0)       # the probe is beaten, the loop alone takes 2x the bound
+    beaten = result("beaten", 1.8, 3.0, 2.0)   # scatterx faster than its loop: it proves nothing
+    short = result("short", 1.8, None, 1.4)    # the loop within 1.5x the bound: reachable, missed
+    assert not held.bound_reachable and beaten.bound_reachable and short.bound_reachable
+    assert held.held_by(held.loop_ms) and not held.held_by(held.floor_ms)
+    goals = {g: (met, fig) for g, met, fig in _bench.targets([held, beaten, short], [], [])}
+    met, figures = goals["large cases within 1.5x of the streaming bound (where reachable)"]
+    assert not met and "0 of 2 reachable within" in figures
+    assert "held (ordered loop 2.00x bound; ours 1.20x loop)" in figures

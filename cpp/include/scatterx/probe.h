@@ -175,4 +175,21 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
     return total.load();
 }
 
+// The ordered loop of one fiber of float adds, alone: table[positions[k]] += values[k] for k in
+// [0, stretch), that stretch applied over and over until n updates are done, in order, on the
+// calling thread. SPEC section 2 leaves such a fiber (a 1-D histogram) to one thread, applying
+// each target's adds in the order of the indices, so whatever else a kernel overlaps with it
+// (reading the streams, on a second thread), it cannot take less time than this loop. With a
+// short stretch of the case's own positions and values, read once and then served by L1, and
+// no index check, the figure is the loop's own work with the least memory traffic it can have:
+// a measurement of the machine, as the touch probe is, not of a kernel. Products are not
+// measured: repeated, they would drift towards subnormal values, whose arithmetic is slower.
+// The caller checks that every position is in [0, size).
+template <class T, class P> void ordered_adds(T* table, const P* positions, const T* values, int64_t stretch, int64_t n) {
+    for (int64_t c = 0; c < n; c += stretch) {
+        const int64_t m = std::min(stretch, n - c);
+        for (int64_t k = 0; k < m; ++k) table[positions[k]] += values[k];
+    }
+}
+
 }  // namespace scatterx
