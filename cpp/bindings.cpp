@@ -225,7 +225,8 @@ void ordered_adds_loop(nb::handle table_h, nb::handle positions_h, nb::handle va
     for (int64_t k = 0; k < n; ++k) {
         const int64_t v = pos.itemsize == 4 ? int64_t(reinterpret_cast<const int32_t*>(pos.data)[k])
                                             : reinterpret_cast<const int64_t*>(pos.data)[k];
-        if (v < 0 || v >= size) throw std::invalid_argument("scatterx._core.ordered_adds: a position outside the table");
+        if (v < 0 || v >= size)
+            throw std::invalid_argument("scatterx._core.ordered_adds: a position outside the table");
     }
     nb::gil_scoped_release release;
     auto go = [&](auto t, auto p) {

@@ -9,8 +9,8 @@ bound of the case, the time to move the bytes the operation must read and write 
 ``_bench_cases.moved_bytes``). It probes the random-access floor of every case: how fast the
 machine touches the case's own random targets, reading the values that move with them, and
 nothing else (`probe_floor`), and, for one fiber whose adds must keep their order, how fast one
-thread runs that loop of adds alone (`ordered_loop`). It also shows the peak memory of a scatterx call beyond its
-output, and the time that ``out=data`` saves. See docs/performance.md.
+thread runs that loop of adds alone (`ordered_loop`). It also shows the peak memory of a
+scatterx call beyond its output, and the time that ``out=data`` saves. See docs/performance.md.
 """
 
 from __future__ import annotations

@@ -185,7 +185,8 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
 // a measurement of the machine, as the touch probe is, not of a kernel. Products are not
 // measured: repeated, they would drift towards subnormal values, whose arithmetic is slower.
 // The caller checks that every position is in [0, size).
-template <class T, class P> void ordered_adds(T* table, const P* positions, const T* values, int64_t stretch, int64_t n) {
+template <class T, class P>
+void ordered_adds(T* table, const P* positions, const T* values, int64_t stretch, int64_t n) {
     for (int64_t c = 0; c < n; c += stretch) {
         const int64_t m = std::min(stretch, n - c);
         for (int64_t k = 0; k < m; ++k) table[positions[k]] += values[k];
