@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ._bench_cases import CASES, Case, build_inputs, moved_bytes, select, touches
+from ._bench_cases import CASES, Case, Touches, build_inputs, moved_bytes, select, touches
 from ._bench_peers import IMPLEMENTATIONS, Impl, Unsupported, _prepare_scatterx
 
 _RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-2, "bfloat16": 8e-2}
@@ -249,8 +249,9 @@ def compare(case: Case, exact: bool, ours: tuple[np.ndarray, ...], theirs: tuple
 _PROBE_AHEAD = (8, 32, 128)  # prefetch distances the probe tries, in accesses
 
 
-def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
-    """The least median time (ms) the machine takes to do the case's memory accesses alone.
+def probe_floor(t: Touches | None, settings: Settings) -> float | None:
+    """The least median time (ms) the machine takes to do a case's memory accesses `t` alone
+    (``_bench_cases.touches``; None, as for the latency cases, gives None).
 
     The same target positions in the same order, one byte per cache line, read or read and
     stored back, without index checks or arithmetic (``_core.touch``), while the values that
@@ -272,7 +273,6 @@ def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
 
     from . import _core
 
-    t = touches(case, inputs)
     if t is None:
         return None
     table = np.zeros(t.table_bytes, np.uint8)
@@ -298,8 +298,9 @@ def probe_floor(case: Case, inputs, settings: Settings) -> float | None:
 _LOOP_STRETCH = 1024
 
 
-def ordered_loop(case: Case, inputs, settings: Settings) -> float | None:
-    """The median time (ms) one thread takes to apply the adds of an ordered fiber, memory aside.
+def ordered_loop(case: Case, inputs, t: Touches | None, settings: Settings) -> float | None:
+    """The median time (ms) one thread takes to apply the adds of an ordered fiber, memory aside
+    (`t`: the case's accesses, ``_bench_cases.touches``).
 
     SPEC section 2 leaves one fiber of float adds (`Touches.ordered`: a 1-D histogram) to one
     thread, each target's adds in the order of the indices, so no kernel takes less time than
@@ -314,7 +315,6 @@ def ordered_loop(case: Case, inputs, settings: Settings) -> float | None:
     """
     from . import _core
 
-    t = touches(case, inputs)
     if t is None or not t.ordered or case.reduction != "add" or inputs.data.dtype not in (np.float32, np.float64):
         return None
     item = inputs.data.dtype.itemsize
@@ -385,8 +385,10 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
     if case.has_bound and bandwidth:
         result.bandwidth = bandwidth
         result.bound_ms = 1e3 * nbytes / bandwidth
-    result.floor_ms = probe_floor(case, inputs, settings)
-    result.loop_ms = ordered_loop(case, inputs, settings)
+    accesses = touches(case, inputs)  # once: for a 1-D histogram, 80 MB of positions in 0.7 s
+    result.floor_ms = probe_floor(accesses, settings)
+    result.loop_ms = ordered_loop(case, inputs, accesses, settings)
+    del accesses
     ours = result.impls.get("scatterx")
     if ours is not None and ours.status == "ok" and result.peer_best() is None:
         ours.note = "unchecked: no peer ran this case"
