@@ -95,6 +95,50 @@ def test_implementations_and_the_copy_are_sampled_in_turn():
     assert all(len(t.samples) == 5 and t.number == 1 for t in timings.values())
 
 
+def test_samples_are_dealt_out_to_rounds_as_evenly_as_they_go():
+    assert _bench.window_sizes(7, 3) == [3, 2, 2]
+    assert _bench.window_sizes(5, 1) == [5]
+    assert _bench.window_sizes(9, 3) == [3, 3, 3]
+    assert _bench.window_sizes(5, 5) == [1] * 5
+    for rounds in (0, 6):
+        with pytest.raises(ValueError, match="rounds must be between 1 and the number of samples"):
+            _bench.window_sizes(5, rounds)
+
+
+def test_rounds_take_the_implementations_in_turn_by_windows():
+    calls = []
+
+    def logged(name):
+        def prepare(case, inputs, threads):
+            base = SCATTERX.prepare(case, inputs, threads)
+
+            def run():
+                calls.append(name)
+                time.sleep(0.002)  # one call makes a sample of min_time
+                return base.run()
+
+            return Prepared(run, base.to_numpy)
+
+        return Impl(name, prepare)
+
+    settings = _bench.Settings(quick=True, threads=1, repeat=5, min_time=0.001, rounds=3)
+    result = _bench.run_case(TINY, [logged("scatterx"), logged("peer")], settings, bandwidth=1e9)
+    runs = [(name, len(list(group))) for name, group in itertools.groupby(calls)]
+    # The check (the first round's warm-up) and 2 samples; then a warm-up call and 2 samples,
+    # a warm-up call and 1 sample, each implementation in turn.
+    assert runs == [("scatterx", 3), ("peer", 3), ("scatterx", 3), ("peer", 3), ("scatterx", 2), ("peer", 2)]
+    assert list(result.impls) == ["scatterx", "peer"]
+    for r in result.impls.values():
+        assert r.status == "ok" and r.number == 1 and len(r.samples_ms) == 5
+        assert r.ms == pytest.approx(np.median(r.samples_ms))
+
+
+def test_the_cli_refuses_rounds_it_cannot_fill(capsys):
+    for rounds in ("0", "6"):
+        with pytest.raises(SystemExit, match="--rounds: rounds must be between 1 and the number of samples"):
+            _bench.main(["--quick", "--cases", "tiny_3x3", "--no-memory", "--rounds", rounds])
+
+
 def test_the_bound_of_a_case_comes_from_the_copy_timed_beside_it():
     case = next(c for c in CASES if c.name == "gather_rows")
     numpy_impl = next(i for i in IMPLEMENTATIONS if i.name == "numpy")

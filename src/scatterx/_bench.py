@@ -3,7 +3,9 @@
 For every case (``_bench_cases``) and every implementation (``_bench_peers``) the engine
 checks the result against scatterx's (that first call is the warm-up), then times at least
 five samples; a sample repeats the call enough times to last `min_time` and reports the time of
-one call; the figure is the median sample. Between scatterx's samples it times a large
+one call; the figure is the median sample. The samples are taken in windows, one
+implementation at a time, and the windows come in rounds (3 by default), so that the machine's
+drift touches every implementation alike (`run_case`). Between scatterx's samples it times a large
 ``np.copyto``: the copy bandwidth of the machine at that moment, and from it the streaming
 bound of the case, the time to move the bytes the operation must read and write (see
 ``_bench_cases.moved_bytes``). It probes the random-access floor of every case: how fast the
@@ -39,6 +41,7 @@ _MEMORY_CASES = (
     "vjp_none", "vjp_add", "vjp_mul", "vjp_max", "vjp_gather",
 )
 _INPLACE_CASES = ("mp_add", "rows_none", "max0", "hist_add", "mid_mul")
+_SETTLE = 0.25  # seconds of pause before a window of a later round (see `run_case`)
 
 
 @dataclass
@@ -47,6 +50,7 @@ class Settings:
     threads: int
     repeat: int
     min_time: float
+    rounds: int = 1  # windows per implementation and case, taken in turn (see `run_case`)
 
 
 @dataclass
@@ -154,34 +158,65 @@ def _calls_per_sample(fn, min_time: float, first: float | None) -> int:
     return number
 
 
-def time_calls(fns: dict, min_time: float, repeat: int, first: dict | None = None) -> dict[str, Timing]:
-    """For each callable, the median over `repeat` samples of the time of one call, after a warm-up.
+class Sampler:
+    """Samples of callables timed in turn, gathered over one or more windows of time.
 
-    A sample repeats the call so that it lasts at least `min_time` (a 3x3 call is timed over
-    thousands of calls). Several callables are sampled in turn, so that a change of load on
-    the machine affects them alike; each sample of many calls starts after one untimed call.
-    `first` may give, by key, the duration of a call already made (see `_calls_per_sample`).
+    A window takes `count` samples of each callable, in turn, so that a change of load on the
+    machine affects them alike; a sample repeats the call so that it lasts at least `min_time`
+    (a 3x3 call is timed over thousands of calls). The first window settles how many calls make
+    a sample, which warms the callables up (`first` may give, by key, the duration of a call
+    already made: see `_calls_per_sample`); a later window starts with one untimed call of each,
+    since what ran between the windows has pushed their arrays out of the cache. Within a
+    window, each sample of many calls starts after one untimed call when several callables are
+    sampled in turn, for the same reason.
     """
-    first = first or {}
-    gc.collect()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        numbers = {k: _calls_per_sample(fn, min_time, first.get(k)) for k, fn in fns.items()}
-        samples = {k: [] for k in fns}
-        for _ in range(repeat):
-            for k, fn in fns.items():
-                if numbers[k] > 1 and len(fns) > 1:
-                    # The callable before it may have pushed this one's arrays out of the
-                    # cache: one call, untimed, brings them back, as a user's repeated call
-                    # finds them. (A call that fills a sample alone is long enough for it
-                    # not to matter.)
+
+    def __init__(self, fns: dict, min_time: float, first: dict | None = None):
+        self.fns = fns
+        self.min_time = min_time
+        self.first = first or {}
+        self.numbers: dict | None = None
+        self.samples: dict = {k: [] for k in fns}
+
+    def window(self, count: int) -> None:
+        gc.collect()
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            if self.numbers is None:
+                self.numbers = {
+                    k: _calls_per_sample(fn, self.min_time, self.first.get(k)) for k, fn in self.fns.items()
+                }
+            else:
+                for fn in self.fns.values():
                     fn()
-                samples[k].append(_sample(fn, numbers[k]) / numbers[k])
-    finally:
-        if enabled:
-            gc.enable()
-    return {k: Timing(statistics.median(v), numbers[k], v) for k, v in samples.items()}
+            for _ in range(count):
+                for k, fn in self.fns.items():
+                    if self.numbers[k] > 1 and len(self.fns) > 1:
+                        fn()
+                    self.samples[k].append(_sample(fn, self.numbers[k]) / self.numbers[k])
+        finally:
+            if enabled:
+                gc.enable()
+
+    def timings(self) -> dict[str, Timing]:
+        """For each callable, the median of all its samples so far."""
+        return {k: Timing(statistics.median(v), self.numbers[k], v) for k, v in self.samples.items()}
+
+
+def time_calls(fns: dict, min_time: float, repeat: int, first: dict | None = None) -> dict[str, Timing]:
+    """For each callable, the median over `repeat` samples of the time of one call, after a
+    warm-up: the samples of one window of a `Sampler`."""
+    sampler = Sampler(fns, min_time, first)
+    sampler.window(repeat)
+    return sampler.timings()
+
+
+def window_sizes(repeat: int, rounds: int) -> list[int]:
+    """`repeat` samples dealt out to `rounds` windows, as evenly as they go (7 over 3: 3, 2, 2)."""
+    if not 1 <= rounds <= repeat:
+        raise ValueError(f"rounds must be between 1 and the number of samples ({repeat}), got {rounds}")
+    return [repeat // rounds + (k < repeat % rounds) for k in range(rounds)]
 
 
 def time_call(fn, min_time: float, repeat: int, first: float | None = None) -> Timing:
@@ -332,14 +367,20 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
 
     scatterx's samples alternate with samples of `copier`'s copy, whose bandwidth gives the
     case's streaming bound (or `bandwidth`, given, without a copier): the two figures of the
-    ratio come from the same moment of a machine whose bandwidth drifts. The peers are timed
-    one after another, each alone: sampled in turn with the others, every implementation ran
-    slower after onnxruntime's (its threads keep spinning after a run returns; on 2 cores, a
-    quick `mp_add` took scatterx 0.32 ms alone and 0.92 ms in turn with onnxruntime).
+    ratio come from the same moment of a machine whose bandwidth drifts. The implementations
+    are timed in windows, each alone in its window: sampled in turn call by call, every
+    implementation ran slower after onnxruntime's (its threads keep spinning after a run
+    returns; on 2 cores, a quick `mp_add` took scatterx 0.32 ms alone and 0.92 ms in turn with
+    onnxruntime). With `settings.rounds` above one, the windows come in rounds: scatterx's,
+    then each peer's, then scatterx's again, and so on, the samples dealt out to them by
+    `window_sizes`, so that the machine's drift over the case's time touches every
+    implementation alike; a figure is the median of all its samples.
     """
     inputs = build_inputs(case, settings.quick)
     nbytes = moved_bytes(case, inputs)
     result = CaseResult(case.name, case.describe(settings.quick), nbytes, None, {})
+    sizes = window_sizes(settings.repeat, settings.rounds)
+    samplers: dict[str, Sampler] = {}  # by implementation, in the order of `impls`
     reference = None
     for impl in impls:
         absent = impl.missing()
@@ -373,15 +414,25 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
         runs = {"impl": prepared.run}
         if impl.name == "scatterx" and copier is not None and case.has_bound:
             runs["copy"] = copier
-        timings = time_calls(runs, settings.min_time, settings.repeat, {"impl": first_time})
+        samplers[impl.name] = Sampler(runs, settings.min_time, {"impl": first_time})
+        samplers[impl.name].window(sizes[0])
+        result.impls[impl.name] = ImplResult("ok")  # its place in the row; figures below
         del prepared, runs
+    for count in sizes[1:]:
+        for sampler in samplers.values():
+            # The window before was another implementation's, whose threads may still spin
+            # (PyTorch's for a few ms, onnxruntime's for up to 0.2 s: docs/performance.md).
+            time.sleep(_SETTLE)
+            sampler.window(count)
+    for name, sampler in samplers.items():
+        timings = sampler.timings()
         if "copy" in timings:
             bandwidth = copier.moved / timings["copy"].median
         timing = timings["impl"]
-        result.impls[impl.name] = ImplResult(
-            "ok", ms=1e3 * timing.median, number=timing.number,
-            samples_ms=[1e3 * s for s in timing.samples],
-        )
+        entry = result.impls[name]
+        entry.ms, entry.number = 1e3 * timing.median, timing.number
+        entry.samples_ms = [1e3 * x for x in timing.samples]
+    del samplers
     if case.has_bound and bandwidth:
         result.bandwidth = bandwidth
         result.bound_ms = 1e3 * nbytes / bandwidth
@@ -737,6 +788,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="threads of scatterx, PyTorch and onnxruntime (default: scatterx's)",
     )
     add("--repeat", type=int, metavar="N", help="samples per figure, at least 5 (default: 7, quick: 5)")
+    add(
+        "--rounds", type=int, metavar="N",
+        help="windows per implementation and case, taken in turn, the samples dealt out to them (default: 3, quick: 1)",
+    )
     add("--json", metavar="FILE", help="write every figure to FILE as JSON")
     add("--plot", metavar="FILE.png", help="draw the table to FILE.png (needs matplotlib)")
     add("--no-memory", action="store_true", help="skip the memory and out=data checks")
@@ -791,7 +846,12 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads or sx.get_num_threads(),
         repeat=args.repeat or (5 if args.quick else 7),
         min_time=0.005 if args.quick else 0.1,
+        rounds=args.rounds if args.rounds is not None else (1 if args.quick else 3),
     )
+    try:
+        window_sizes(settings.repeat, settings.rounds)
+    except ValueError as exc:
+        raise SystemExit(f"--rounds: {exc}") from None
     # A peer that crashes the process (it happens: docs/performance.md) then says where.
     if not faulthandler.is_enabled():
         try:
@@ -842,7 +902,8 @@ def run(args: argparse.Namespace) -> int:
     header = (
         f"scatterx bench{' --quick' if args.quick else ''}: {settings.threads} threads, "
         f"copy bandwidth {bandwidth_start / 1e9:.1f} GB/s before, {bandwidths} beside the cases, "
-        f"{bandwidth_end / 1e9:.1f} after, ms per call (median of {settings.repeat}), "
+        f"{bandwidth_end / 1e9:.1f} after, ms per call (median of {settings.repeat} "
+        f"in {settings.rounds} round{'s' if settings.rounds > 1 else ''}), "
         f"{_cpu_model()}, {os.cpu_count()} CPUs, streaming stores above {_core.get_stream_bytes() / 2**20:.0f} MiB, "
         f"load {load_before} -> {_load()}"
     )
