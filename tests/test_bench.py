@@ -131,6 +131,33 @@ def test_rounds_take_the_implementations_in_turn_by_windows():
     for r in result.impls.values():
         assert r.status == "ok" and r.number == 1 and len(r.samples_ms) == 5
         assert r.ms == pytest.approx(np.median(r.samples_ms))
+        by_window = [r.samples_ms[0:2], r.samples_ms[2:4], r.samples_ms[4:5]]
+        assert r.windows_ms == pytest.approx([np.median(w) for w in by_window])
+    won, windows = result.windows_won()
+    assert windows == 3 and won == sum(
+        a < b for a, b in zip(result.impls["scatterx"].windows_ms, result.impls["peer"].windows_ms)
+    )
+
+
+def test_the_closest_case_is_named_with_the_windows_it_won():
+    def result(name, ours, peer, ours_windows, peer_windows):
+        impls = {
+            "scatterx": _bench.ImplResult("ok", ms=ours, windows_ms=ours_windows),
+            "torch": _bench.ImplResult("ok", ms=peer, windows_ms=peer_windows),
+            "numpy": _bench.ImplResult("ok", ms=10 * peer, windows_ms=[10 * peer] * len(peer_windows)),
+        }
+        return _bench.CaseResult(name, "", 0, None, impls)
+
+    close = result("close", 2.0, 2.1, [1.9, 2.0, 2.3], [2.2, 2.1, 2.0])
+    wide = result("wide", 1.0, 5.0, [1.0, 1.0, 1.0], [5.0, 5.0, 5.0])
+    single = result("single", 1.0, 3.0, [1.0], [3.0])
+    assert close.windows_won() == (2, 3) and wide.windows_won() == (3, 3) and single.windows_won() is None
+    goals = {g: (met, fig) for g, met, fig in _bench.targets([wide, close, single], [], [])}
+    met, figures = goals["no case slower than the best peer"]
+    assert met and figures == "0 of 3 slower; closest close 1.05x torch, scatterx the faster in 2 of 3 windows"
+    slow = result("slow", 3.0, 2.0, [3.0], [2.0])
+    met, figures = {g: (m, f) for g, m, f in _bench.targets([wide, slow], [], [])}["no case slower than the best peer"]
+    assert not met and figures == "1 of 2 slower: slow; closest slow 0.667x torch"
 
 
 def test_the_cli_refuses_rounds_it_cannot_fill(capsys):

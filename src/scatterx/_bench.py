@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import gc
+import itertools
 import json
 import math
 import os
@@ -55,11 +56,13 @@ class Settings:
 
 @dataclass
 class Timing:
-    """The median time of one call (seconds) and the samples it is the median of."""
+    """The median time of one call (seconds), the samples it is the median of, and the median
+    of each window's samples (see `Sampler`)."""
 
     median: float
     number: int
     samples: list[float]
+    windows: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -69,6 +72,7 @@ class ImplResult:
     ms: float | None = None
     number: int = 0
     samples_ms: list[float] = field(default_factory=list)
+    windows_ms: list[float] = field(default_factory=list)  # the median of each window's samples
 
 
 @dataclass
@@ -122,6 +126,16 @@ class CaseResult:
         random targets (with the values that move with them) in its order already takes longer
         than that, nor, for one ordered fiber, when its loop of adds alone does (`held_by`)."""
         return not (self.held_by(self.floor_ms) or self.held_by(self.loop_ms))
+
+    def windows_won(self) -> tuple[int, int] | None:
+        """In how many of the windows (by round) scatterx's median was below the best peer's,
+        and of how many; None with fewer than two windows."""
+        best = self.peer_best()
+        ours = self.impls.get("scatterx")
+        if best is None or ours is None or len(ours.windows_ms) < 2:
+            return None
+        theirs = self.impls[best[0]].windows_ms
+        return sum(a < b for a, b in zip(ours.windows_ms, theirs)), min(len(ours.windows_ms), len(theirs))
 
     @property
     def failed(self) -> bool:
@@ -177,6 +191,7 @@ class Sampler:
         self.first = first or {}
         self.numbers: dict | None = None
         self.samples: dict = {k: [] for k in fns}
+        self.sizes: list[int] = []  # samples per window, in order
 
     def window(self, count: int) -> None:
         gc.collect()
@@ -195,13 +210,19 @@ class Sampler:
                     if self.numbers[k] > 1 and len(self.fns) > 1:
                         fn()
                     self.samples[k].append(_sample(fn, self.numbers[k]) / self.numbers[k])
+            self.sizes.append(count)
         finally:
             if enabled:
                 gc.enable()
 
     def timings(self) -> dict[str, Timing]:
-        """For each callable, the median of all its samples so far."""
-        return {k: Timing(statistics.median(v), self.numbers[k], v) for k, v in self.samples.items()}
+        """For each callable, the median of all its samples so far, and of each window's."""
+        ends = list(itertools.accumulate(self.sizes))
+        return {
+            k: Timing(statistics.median(v), self.numbers[k], v,
+                      [statistics.median(v[end - n:end]) for n, end in zip(self.sizes, ends)])
+            for k, v in self.samples.items()
+        }
 
 
 def time_calls(fns: dict, min_time: float, repeat: int, first: dict | None = None) -> dict[str, Timing]:
@@ -432,6 +453,7 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
         entry = result.impls[name]
         entry.ms, entry.number = 1e3 * timing.median, timing.number
         entry.samples_ms = [1e3 * x for x in timing.samples]
+        entry.windows_ms = [1e3 * x for x in timing.windows]
     del samplers
     if case.has_bound and bandwidth:
         result.bandwidth = bandwidth
@@ -657,9 +679,13 @@ def targets(results: list[CaseResult], cases: list[Case], memory: list[dict]) ->
     out = []
     if timed:
         slower = [r.name for r in timed if r.speedup < 1]
+        closest = min(timed, key=lambda r: r.speedup)
+        won = closest.windows_won()
         out.append((
             "no case slower than the best peer", not slower,
-            f"{len(slower)} of {len(timed)} slower" + (f": {', '.join(slower)}" if slower else ""),
+            f"{len(slower)} of {len(timed)} slower" + (f": {', '.join(slower)}" if slower else "")
+            + f"; closest {closest.name} {_fmt(closest.speedup)}x {closest.peer_best()[0]}"
+            + (f", scatterx the faster in {won[0]} of {won[1]} windows" if won else ""),
         ))
         geomean = geometric_mean([r.speedup for r in timed])
         out.append(("geometric mean >= 2x the best peer", geomean >= 2, f"{_fmt(geomean)}x"))
