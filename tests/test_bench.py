@@ -50,6 +50,9 @@ def test_quick_run_prints_the_table_and_writes_json(tmp_path, capsys):
         assert ours["status"] == "ok" and ours["ms"] > 0 and len(ours["samples_ms"]) == 5
         assert case["impls"]["numpy"]["status"] == "ok"
     assert all(b > 0 for b in report["copy_bandwidth_measurements"])
+    on_linux = _bench.cpu_times() is not None
+    for share in [report["machine"]["steal_share"]] + [c["steal"] for c in report["cases"]]:
+        assert (share is not None and 0 <= share <= 1) if on_linux else share is None
     assert all(c["bandwidth"] is None and c["bound_ms"] is None for c in report["cases"])  # latency cases
     assert report["failures"] == []
     latency = next(t for t in report["targets"] if t["goal"] == "a 3x3 call <= 2 us")
@@ -93,6 +96,19 @@ def test_implementations_and_the_copy_are_sampled_in_turn():
     timings = _bench.time_calls({"a": lambda: call("a"), "b": lambda: call("b")}, 0.001, 5)
     assert calls[-10:] == ["a", "b"] * 5
     assert all(len(t.samples) == 5 and t.number == 1 for t in timings.values())
+
+
+def test_the_hosts_steal_is_read_from_proc_stat(tmp_path):
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 0 20 800 5 0 5 70 0 0\ncpu0 50 0 10 400 2 0 3 35 0 0\n")
+    assert _bench.cpu_times(str(stat)) == (70, 1000)
+    assert _bench.steal_share((70, 1000), (80, 1200)) == pytest.approx(0.05)
+    assert _bench.steal_share((70, 1000), (70, 1000)) is None  # no time passed
+    assert _bench.steal_share(None, (80, 1200)) is None
+    assert _bench.cpu_times(str(tmp_path / "absent")) is None
+    stat.write_text("intr 1 2 3\n")
+    assert _bench.cpu_times(str(stat)) is None
 
 
 def test_samples_are_dealt_out_to_rounds_as_evenly_as_they_go():

@@ -85,6 +85,7 @@ class CaseResult:
     floor_ms: float | None = None  # the probe: the case's memory accesses alone (see `probe_floor`)
     loop_ms: float | None = None  # one ordered fiber: its loop of adds alone (see `ordered_loop`)
     bandwidth: float | None = None  # bytes/s of the copy timed between this case's samples
+    steal: float | None = None  # share of the CPUs' time the host took while this case ran (`steal_share`)
 
     def peer_best(self) -> tuple[str, float] | None:
         peers = [(n, r.ms) for n, r in self.impls.items() if n != "scatterx" and r.status == "ok"]
@@ -793,6 +794,28 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_times(path: str = "/proc/stat") -> tuple[int, int] | None:
+    """(steal, total) time of all CPUs so far, in clock ticks, from Linux's /proc/stat; None
+    where there is no such file. Steal is the time a virtual machine's CPUs were ready to run
+    but the host ran something else."""
+    try:
+        with open(path) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return ticks[7], sum(ticks)
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the CPUs' time that the host stole between two `cpu_times`."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def _load() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -885,6 +908,7 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError):  # stderr without a file descriptor (captured)
             pass
     load_before = _load()
+    times_before = cpu_times()
     started = time.perf_counter()
     _progress(f"scatterx bench: {len(cases)} cases, {', '.join(names)}, {settings.threads} threads")
     copier = Copier((64 if args.quick else 256) * 2**20)
@@ -894,17 +918,20 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for k, case in enumerate(cases, 1):
         _progress(f"[{k:>2}/{len(cases)}] {case.name}: {case.describe(settings.quick)}")
-        case_start = time.perf_counter()
+        case_start, case_times = time.perf_counter(), cpu_times()
         r = run_case(case, impls, settings, copier)
+        r.steal = steal_share(case_times, cpu_times())
         results.append(r)
         parts = [f"{n} {_cell(r.impls[n])}" for n in names]
         tail = f" -> {_fmt(r.speedup)}x best peer" if r.speedup else ""
         tail += f", {_fmt(r.bound_ratio)}x bound" if r.bound_ratio else ""
         tail += f", {_fmt(r.floor_ratio)}x floor" if r.floor_ratio else ""
         tail += f", {_fmt(r.loop_ratio)}x ordered loop" if r.loop_ratio else ""
+        tail += f", host stole {100 * r.steal:.1f}% of the CPUs" if r.steal is not None else ""
         _progress("        " + " | ".join(parts) + tail + f" ({time.perf_counter() - case_start:.1f} s)")
 
     bandwidth_end = copy_bandwidth(copier, 7)
+    stolen = steal_share(times_before, cpu_times())
     _progress(f"copy bandwidth again: {bandwidth_end / 1e9:.2f} GB/s")
     del copier
     beside = [r.bandwidth for r in results if r.bandwidth]
@@ -932,6 +959,7 @@ def run(args: argparse.Namespace) -> int:
         f"in {settings.rounds} round{'s' if settings.rounds > 1 else ''}), "
         f"{_cpu_model()}, {os.cpu_count()} CPUs, streaming stores above {_core.get_stream_bytes() / 2**20:.0f} MiB, "
         f"load {load_before} -> {_load()}"
+        + (f", host stole {100 * stolen:.1f}% of the CPUs' time" if stolen is not None else "")
     )
     print(header)
     print(format_table(results, names))
@@ -958,7 +986,7 @@ def run(args: argparse.Namespace) -> int:
         payload = {
             "settings": asdict(settings),
             "machine": {"cpu": _cpu_model(), "cpus": os.cpu_count(), "platform": platform.platform(),
-                        "load_before": load_before, "load_after": _load(),
+                        "load_before": load_before, "load_after": _load(), "steal_share": stolen,
                         "stream_bytes": _core.get_stream_bytes()},
             "versions": _versions(),
             "copy_bandwidth_measurements": [bandwidth_start, bandwidth_end],
