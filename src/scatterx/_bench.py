@@ -442,9 +442,10 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
         del prepared, runs
     for count in sizes[1:]:
         for sampler in samplers.values():
-            # The window before was another implementation's, whose threads may still spin
-            # (PyTorch's for a few ms, onnxruntime's for up to 0.2 s: docs/performance.md).
-            time.sleep(_SETTLE)
+            if len(samplers) > 1:
+                # The window before was another implementation's, whose threads may still spin
+                # (PyTorch's for a few ms, onnxruntime's for up to 0.2 s: docs/performance.md).
+                time.sleep(_SETTLE)
             sampler.window(count)
     for name, sampler in samplers.items():
         timings = sampler.timings()
