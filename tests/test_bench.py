@@ -155,6 +155,17 @@ def test_rounds_take_the_implementations_in_turn_by_windows():
     )
 
 
+def test_a_later_window_waits_only_after_another_implementations(monkeypatch):
+    pauses = []
+    monkeypatch.setattr(_bench.time, "sleep", pauses.append)
+    settings = _bench.Settings(quick=True, threads=1, repeat=5, min_time=0.001, rounds=3)
+    _bench.run_case(TINY, [SCATTERX, _fake("peer", np.copy)], settings, bandwidth=1e9)
+    assert pauses == [_bench._SETTLE] * 4  # two later rounds, two windows each
+    pauses.clear()
+    alone = _bench.run_case(TINY, [SCATTERX], settings, bandwidth=1e9)
+    assert pauses == [] and len(alone.impls["scatterx"].windows_ms) == 3
+
+
 def test_the_closest_case_is_named_with_the_windows_it_won():
     def result(name, ours, peer, ours_windows, peer_windows):
         impls = {
