@@ -17,6 +17,7 @@
 #include <unistd.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -181,10 +182,16 @@ int64_t run_scatter(const View& data, const View& idx, const View& upd, const Vi
 // The probe of `scatterx bench` (probe.h): touches `span` bytes of `table` at each byte offset
 // of `positions` (int32 or int64), reading, or reading and storing back with `write`, prefetching
 // `ahead` positions early, while reading `stream` (uint8, or None) in step, or with
-// `stream_written` writing it in full by streaming stores; with `ordered`, on one thread with a
-// second reading ahead of it.
+// `stream_written` writing it in full by streaming stores; the threads sharing the work as
+// `split` says ("ranges", "reader", "targets" or "lines": TouchSplit).
 uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool write, int64_t ahead,
-               nb::handle stream_h, bool ordered, bool stream_written) {
+               nb::handle stream_h, const std::string& split_name, bool stream_written) {
+    static const char* const split_names[] = {"ranges", "reader", "targets", "lines"};
+    const auto* found = std::find(std::begin(split_names), std::end(split_names), split_name);
+    if (found == std::end(split_names))
+        throw std::invalid_argument("scatterx._core.touch: split must be ranges, reader, targets or lines, got '" +
+                                    split_name + "'");
+    const auto split = TouchSplit(found - std::begin(split_names));
     View table = view(table_h, "table", write), pos = view(positions_h, "positions");
     if (table.ndim != 1 || table.itemsize != 1 || table.strides[0] != 1 || pos.ndim != 1 ||
         (pos.itemsize != 4 && pos.itemsize != 8) || pos.strides[0] != pos.itemsize ||
@@ -202,9 +209,9 @@ uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool wr
     nb::gil_scoped_release release;
     if (pos.itemsize == 4)
         return touch_lines(table.data, table.shape[0], reinterpret_cast<const int32_t*>(pos.data), pos.shape[0],
-                           span, write, ahead, stream, stream_bytes, ordered, stream_written);
+                           span, write, ahead, stream, stream_bytes, split, stream_written);
     return touch_lines(table.data, table.shape[0], reinterpret_cast<const int64_t*>(pos.data), pos.shape[0],
-                       span, write, ahead, stream, stream_bytes, ordered, stream_written);
+                       span, write, ahead, stream, stream_bytes, split, stream_written);
 }
 
 // The ordered loop of `scatterx bench` (probe.h, ordered_adds): a float32 or float64 `table`,
@@ -669,7 +676,7 @@ NB_MODULE(_core, m) {
           nb::arg("axis"), nb::arg("reduction"), nb::arg("type_code"), nb::arg("copy"),
           nb::arg("precheck"));
     m.def("touch", &touch, nb::arg("table"), nb::arg("positions"), nb::arg("span"), nb::arg("write"),
-          nb::arg("ahead"), nb::arg("stream").none() = nb::none(), nb::arg("ordered") = false,
+          nb::arg("ahead"), nb::arg("stream").none() = nb::none(), nb::arg("split") = "ranges",
           nb::arg("stream_written") = false);
     m.def("ordered_adds", &ordered_adds_loop, nb::arg("table"), nb::arg("positions"), nb::arg("values"),
           nb::arg("count"));

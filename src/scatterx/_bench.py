@@ -84,6 +84,9 @@ class CaseResult:
     impls: dict[str, ImplResult]
     floor_ms: float | None = None  # the probe: the case's memory accesses alone (see `probe_floor`)
     loop_ms: float | None = None  # one ordered fiber: its loop of adds alone (see `ordered_loop`)
+    # The probe's fastest way in which several threads each apply a share of the targets (no
+    # thread walks them all): what a kernel that does not keep a fiber on one thread can reach.
+    shared_floor_ms: float | None = None
     bandwidth: float | None = None  # bytes/s of the copy timed between this case's samples
     steal: float | None = None  # share of the CPUs' time the host took while this case ran (`steal_share`)
 
@@ -125,8 +128,12 @@ class CaseResult:
     def bound_reachable(self) -> bool:
         """Whether the streaming bound may be met within 1.5x: not when touching the case's
         random targets (with the values that move with them) in its order already takes longer
-        than that, nor, for one ordered fiber, when its loop of adds alone does (`held_by`)."""
-        return not (self.held_by(self.floor_ms) or self.held_by(self.loop_ms))
+        than that, nor, for one ordered fiber, when its loop of adds alone does (`held_by`) and
+        no way of sharing its targets among threads is faster than 1.5x the bound either (the
+        loop holds only a kernel that applies the whole fiber on one thread)."""
+        shared = self.shared_floor_ms
+        shared_held = shared is None or (self.bound_ms is not None and shared > 1.5 * self.bound_ms)
+        return not (self.held_by(self.floor_ms) or (self.held_by(self.loop_ms) and shared_held))
 
     def windows_won(self) -> tuple[int, int] | None:
         """In how many of the windows (by round) scatterx's median was below the best peer's,
@@ -306,9 +313,11 @@ def compare(case: Case, exact: bool, ours: tuple[np.ndarray, ...], theirs: tuple
 _PROBE_AHEAD = (8, 32, 128)  # prefetch distances the probe tries, in accesses
 
 
-def probe_floor(t: Touches | None, settings: Settings) -> float | None:
+def probe_floor(t: Touches | None, settings: Settings) -> tuple[float | None, float | None]:
     """The least median time (ms) the machine takes to do a case's memory accesses `t` alone
-    (``_bench_cases.touches``; None, as for the latency cases, gives None).
+    (``_bench_cases.touches``; None, as for the latency cases, gives None), and the least of the
+    ways in which several threads each take a share of the targets (None with one thread):
+    ``CaseResult.floor_ms`` and ``CaseResult.shared_floor_ms``.
 
     The same target positions in the same order, one byte per cache line, read or read and
     stored back, without index checks or arithmetic (``_core.touch``), while the values that
@@ -316,11 +325,10 @@ def probe_floor(t: Touches | None, settings: Settings) -> float | None:
     `Touches.stream_bytes`; the positions, as wide as the index, stand for it) go in step:
     read one byte per line, or, where the kernel writes them (`Touches.stream_written`), written
     in full by streaming stores as a large call's kernel writes them (on the Zen 3 machine a
-    read of each line cost more than that). On one thread and on scatterx's threads (contiguous ranges), prefetched at
-    each of `_PROBE_AHEAD`: the fastest of these. Targets that must keep their order on one thread
-    (`Touches.ordered`: one fiber of float adds or products) are not dealt out by ranges: on
-    scatterx's threads one thread walks them all while a second reads ahead of it, as the
-    kernel does. The streaming bound counts every byte once; a random access moves a whole line,
+    read of each line cost more than that). On one thread, and on scatterx's threads shared out
+    in each of the ways a kernel may share them (`Touches.splits`: contiguous ranges of the
+    positions, except for fibers of float adds or products, which must keep their order), each
+    prefetched at each of `_PROBE_AHEAD`: the fastest of these. The streaming bound counts every byte once; a random access moves a whole line,
     fetched again (and, when written, stored again) each time if the table exceeds the cache.
     This is a measurement, not a proof: an algorithm that brings a dense region in whole, or
     that first reorders the updates (a partitioning pass), can beat it -- which is why a case
@@ -331,23 +339,25 @@ def probe_floor(t: Touches | None, settings: Settings) -> float | None:
     from . import _core
 
     if t is None:
-        return None
+        return None, None
     table = np.zeros(t.table_bytes, np.uint8)
     # Ones: pages of their own (the pages of np.zeros may all map the one zero page).
     stream = np.ones(t.stream_bytes, np.uint8)
 
-    def probe(threads, ahead):
+    def probe(threads, split, ahead):
         def run():
             sx.set_num_threads(threads)
-            _core.touch(table, t.positions, t.span, t.write, ahead, stream, t.ordered, t.stream_written)
+            _core.touch(table, t.positions, t.span, t.write, ahead, stream, split, t.stream_written)
         return run
 
-    configs = {(n, a): probe(n, a) for n in sorted({1, settings.threads}) for a in _PROBE_AHEAD}
+    ways = [(1, "ranges")] + ([(settings.threads, split) for split in t.splits] if settings.threads > 1 else [])
+    configs = {(n, split, a): probe(n, split, a) for n, split in ways for a in _PROBE_AHEAD}
     try:
         timings = time_calls(configs, settings.min_time, settings.repeat)
     finally:
         sx.set_num_threads(settings.threads)
-    return 1e3 * min(timing.median for timing in timings.values())
+    shared = [timing.median for (n, split, _), timing in timings.items() if n > 1 and split != "reader"]
+    return 1e3 * min(timing.median for timing in timings.values()), (1e3 * min(shared) if shared else None)
 
 
 # Positions and values of an ordered fiber that `ordered_loop` applies over and over: 1024 of
@@ -359,8 +369,8 @@ def ordered_loop(case: Case, inputs, t: Touches | None, settings: Settings) -> f
     """The median time (ms) one thread takes to apply the adds of an ordered fiber, memory aside
     (`t`: the case's accesses, ``_bench_cases.touches``).
 
-    SPEC section 2 leaves one fiber of float adds (`Touches.ordered`: a 1-D histogram) to one
-    thread, each target's adds in the order of the indices, so no kernel takes less time than
+    SPEC section 2 leaves one fiber of float adds (`Touches.ordered`, one element per access: a
+    1-D histogram) to one thread, each target's adds in the order of the indices, so no kernel takes less time than
     that loop, whatever it overlaps with it. ``_core.ordered_adds`` runs it alone: the first
     `_LOOP_STRETCH` positions and updates of the case, in L1 once read, applied over and over
     until there have been as many adds as the case has, into a copy of data, without index
@@ -375,6 +385,8 @@ def ordered_loop(case: Case, inputs, t: Touches | None, settings: Settings) -> f
     if t is None or not t.ordered or case.reduction != "add" or inputs.data.dtype not in (np.float32, np.float64):
         return None
     item = inputs.data.dtype.itemsize
+    if t.span != item:  # fibers of rows (message passing): their adds are split by columns or rows
+        return None
     positions = np.ascontiguousarray(t.positions[:_LOOP_STRETCH] // item)
     values = np.ascontiguousarray(inputs.updates.reshape(-1)[:_LOOP_STRETCH])
     table = inputs.data.reshape(-1).copy()
@@ -461,7 +473,7 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
         result.bandwidth = bandwidth
         result.bound_ms = 1e3 * nbytes / bandwidth
     accesses = touches(case, inputs)  # once: for a 1-D histogram, 80 MB of positions in 0.7 s
-    result.floor_ms = probe_floor(accesses, settings)
+    result.floor_ms, result.shared_floor_ms = probe_floor(accesses, settings)
     result.loop_ms = ordered_loop(case, inputs, accesses, settings)
     del accesses
     ours = result.impls.get("scatterx")

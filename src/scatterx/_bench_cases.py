@@ -245,9 +245,14 @@ class Touches:
     beside them, one per index: the updates a scatter reads, the elements a gather writes, the
     update gradients the backward of a scatter writes, the incoming gradient the backward of a
     gather reads (the positions, read in sequence too, stand for the indices); `stream_written`
-    says the kernel writes it (a gather's result, a scatter's update gradients). `ordered` marks
-    the targets of one fiber whose floating-point adds or products must follow the order of the
-    indices (SPEC section 2): no kernel can deal them out to threads by ranges of positions.
+    says the kernel writes it (a gather's result, a scatter's update gradients). `splits` are the
+    ways threads may share the accesses (``_core.touch``; probe.h, TouchSplit): by contiguous
+    ranges of positions, unless the targets are fibers whose floating-point adds or products
+    must follow the order of the indices (SPEC section 2) and a range would cut a fiber (one
+    fiber, a 1-D histogram; the column fibers of the message-passing rows). Those leave a kernel
+    one thread walking them all with a second reading ahead ("reader"), a split of the table
+    ("targets"), and, where an access spans several lines (the fibers of a row), a split of its
+    lines ("lines").
     """
 
     table_bytes: int
@@ -255,8 +260,24 @@ class Touches:
     span: int
     write: bool
     stream_bytes: int = 0
-    ordered: bool = False
+    splits: tuple[str, ...] = ("ranges",)
     stream_written: bool = False
+
+    @property
+    def ordered(self) -> bool:
+        """Whether no thread may take a range of the positions (their order must be kept)."""
+        return "ranges" not in self.splits
+
+
+def _order_bound(case: Case, data: np.ndarray) -> bool:
+    """Whether the adds or products of `case` depend on their order (integer ones wrap around
+    whatever their order; max and min do not depend on it; "none" keeps the last writer, which
+    a split can find)."""
+    return case.op == "scatter" and case.reduction in ("add", "mul") and not np.issubdtype(data.dtype, np.integer)
+
+
+def _ordered_splits(span: int) -> tuple[str, ...]:
+    return ("reader", "targets", "lines") if span > 64 else ("reader", "targets")
 
 
 def touches(case: Case, inputs: Inputs) -> Touches | None:
@@ -285,18 +306,18 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
         row_bytes = item * math.prod(data.shape[1:])
         span = item * math.prod(indices.shape[1:])
         positions = _as_wide_as(rows * row_bytes, inputs.index_rows, data.nbytes)
-        return Touches(data.nbytes, positions, span, write, stream, stream_written=written)
+        # Every column is a fiber through all the rows, which repeat their targets at random.
+        splits = _ordered_splits(span) if _order_bound(case, data) else ("ranges",)
+        return Touches(data.nbytes, positions, span, write, stream, splits, written)
     coords = list(np.indices(indices.shape, sparse=True))
     coords[axis] = np.where(indices < 0, indices + size, indices)
     flat = np.ravel_multi_index(np.broadcast_arrays(*coords), data.shape).reshape(-1)
-    # Integer adds and products wrap around whatever their order; max and min do not depend on
-    # it; "none" keeps the last writer, which a split can find. Float add and mul cannot move.
-    ordered = (
-        case.op == "scatter" and case.reduction in ("add", "mul") and data.size == size
-        and not np.issubdtype(data.dtype, np.integer)
-    )
+    # One fiber (1-D) cannot be cut. Fibers of other shapes come in whole blocks along the
+    # positions' order, and the cases' two ranges meet between blocks (a middle axis: between
+    # slabs), so ranges stay.
+    splits = _ordered_splits(item) if _order_bound(case, data) and data.size == size else ("ranges",)
     positions = _as_wide_as(flat * item, indices, data.nbytes)  # flat is intp: no int32 overflow
-    return Touches(data.nbytes, positions, item, write, stream, ordered, written)
+    return Touches(data.nbytes, positions, item, write, stream, splits, written)
 
 
 def _as_wide_as(positions: np.ndarray, index: np.ndarray, table_bytes: int) -> np.ndarray:

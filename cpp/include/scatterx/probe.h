@@ -90,6 +90,55 @@ template <class P> struct TouchRange {
         return sum;
     }
 
+    // Every position on this thread, touching only its own part of the work, part `w` of
+    // `parts` (see TouchSplit): with `by_lines`, lines [l0, l1) of every access and the same
+    // share of each position's stream; else the positions in its share of the table, whole, and
+    // their stream. Each line of the stream is read once by a thread that needs any of it.
+    template <bool Write>
+    uint64_t run_part(int w, int parts, bool by_lines) const {
+        char* const tab = table;
+        const P* const pos = positions;
+        const uint64_t lst = last;
+        const int64_t ahd = ahead, end = last_byte, count = n, sbytes = stream_bytes, nl = lines;
+        const int64_t per = sbytes % count == 0 ? sbytes / count : -1;
+        auto share_end = [&](int64_t k) { return per >= 0 ? k * per : stream_share_end(k, count, sbytes); };
+        auto [l0, l1] = by_lines ? split_range(nl, w, parts) : std::pair<int64_t, int64_t>{0, nl};
+        const uint64_t span_of_table = lst + 1;  // positions lie in [0, lst]
+        const uint64_t t0 = by_lines ? 0 : uint64_t((unsigned __int128)span_of_table * unsigned(w) / unsigned(parts));
+        const uint64_t t1 = by_lines ? span_of_table
+                                     : uint64_t((unsigned __int128)span_of_table * unsigned(w + 1) / unsigned(parts));
+        auto own = [t0, t1](uint64_t q) { return q >= t0 && q < t1; };
+        uint64_t sum = 0;
+        int64_t read_to = 0;  // the stream's lines below this offset have been read
+        for (int64_t k = 0; k < count; ++k) {
+            if (k + ahd < count) {
+                const uint64_t q = std::min(uint64_t(int64_t(pos[k + ahd])), lst);
+                if (own(q))
+                    for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(tab + q + 64 * l, Write);
+            }
+            const uint64_t q = std::min(uint64_t(int64_t(pos[k])), lst);
+            if (!own(q)) continue;
+            if (sbytes > 0) {
+                int64_t s0 = share_end(k), s1 = share_end(k + 1);
+                if (by_lines) {
+                    const int64_t len = s1 - s0;
+                    s1 = s0 + len * l1 / nl, s0 += len * l0 / nl;
+                }
+                for (int64_t s = std::max(s0 & ~int64_t(63), read_to); s < s1; s += 64) {
+                    sum += uint8_t(*static_cast<const volatile char*>(stream + s));
+                    read_to = s + 64;
+                }
+            }
+            for (int64_t l = l0; l < l1; ++l) {
+                volatile char* b = tab + q + std::min<int64_t>(64 * l, end);
+                const char v = *b;
+                sum += uint8_t(v);
+                if constexpr (Write) *b = v;
+            }
+        }
+        return sum;
+    }
+
     // `bytes` (at most 64) of zeros from p, p 64-byte aligned relative to the stream: by four
     // 16-byte streaming stores when the line is whole and aligned, else by plain stores.
     static void write_line(char* p, int64_t bytes) {
@@ -104,14 +153,27 @@ template <class P> struct TouchRange {
     }
 };
 
+// How the threads share a probe's accesses. A kernel may deal out the updates by contiguous
+// ranges (`ranges`) only when their order does not matter; the float adds or products of a
+// fiber must be applied in the order of the indices (SPEC section 2), which leaves a kernel the
+// other ways: one thread walks every position while a second reads the streams ahead of it
+// (`reader`, the one-fiber scatter's strategy); each thread walks every position and applies
+// those whose target lies in its share of the table (`targets`, the row scatter's split); each
+// thread walks every position and applies its share of the lines of each access, the fibers of
+// a row that it owns (`lines`). The probe of such a case tries only those (stop 27: for the
+// message-passing rows, in a standalone copy, two threads applying contiguous halves of the
+// rows took 9-10 ms where the legal splits took 15-26: each thread then still reads nearly
+// every line of the update stream, since its own rows are interleaved with the other's).
+enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3 };
+
 // Touches `span` bytes at each byte offset positions[k] of `table` (`nbytes` long), in order:
 // one byte per 64-byte line is read, and with `write` stored back unchanged (the line then has
 // to be written back, as a scatter's would). Alongside, the `stream` (`stream_bytes` long, or
 // null: the values that move in sequence with the targets, one per index) is read one byte per
 // line, in step with the positions: the share of each block of kStreamBlock positions before
-// they are touched. Threads take contiguous ranges of positions and their shares of the
-// stream, as the kernels' best split does; a position is clamped into the table (never out of
-// bounds). Returns a value computed from the bytes read, so that the reads cannot be dropped.
+// they are touched. The threads share the work as `split` says (TouchSplit): by default each
+// takes a contiguous range of positions and their share of the stream; a position is clamped
+// into the table (never out of bounds). Returns a value computed from the bytes read, so that the reads cannot be dropped.
 // Accesses are prefetched `ahead` positions before they are made (the best distance depends on
 // the pattern and the machine: the caller tries several).
 //
@@ -122,24 +184,25 @@ template <class P> struct TouchRange {
 // `gather_hist`, two threads, 31 ms with its stream read, 16.5 ms without a stream, where
 // scatterx, writing the stream, took 16.4).
 //
-// With `ordered`, the positions are those of one fiber whose updates must be applied in order
-// (a float add or mul: SPEC section 2), which no kernel can share out by ranges: one thread
-// walks them all, and a second, when the pool has one, reads the positions and the stream
-// ahead of it (read_ahead), the one-fiber scatter's own strategy. The positions are read as
-// the indices they stand for would be: for an int32 index, int32 positions.
+// With `reader`, one thread walks every position, and a second, when the pool has one, reads
+// the positions and the stream ahead of it (read_ahead). With `targets` or `lines` (run_part)
+// every thread walks every position. The stream is written (`stream_written`) only by ranges;
+// the other splits read it. The positions are read as the indices they stand for would be: for
+// an int32 index, int32 positions.
 template <class P>
 uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n, int64_t span, bool write,
-                     int64_t ahead, const char* stream = nullptr, int64_t stream_bytes = 0, bool ordered = false,
-                     bool stream_written = false) {
+                     int64_t ahead, const char* stream = nullptr, int64_t stream_bytes = 0,
+                     TouchSplit split = TouchSplit::ranges, bool stream_written = false) {
     if (n == 0 || nbytes < span || span <= 0) return 0;
     if (!stream) stream_bytes = 0;
     // One contiguous range per thread (measured: 64 smaller ranges dealt out in turn took 50 ms
     // where two halves took 43; two threads each touching the positions of its own half of the
     // table, or one touching all while the other read ahead, were never faster than ranges).
+    const bool ranges = split == TouchSplit::ranges;
     const int parts = int(std::min<int64_t>(ThreadPool::instance().num_threads(), std::max<int64_t>(1, n / kTouchGrain)));
     const TouchRange<P> walk{table, uint64_t(nbytes - span), positions, n, (span + 63) / 64,
                              std::max<int64_t>(1, ahead), stream, stream_bytes, span - 1,
-                             stream_written && stream_bytes > 0 && !ordered};
+                             stream_written && stream_bytes > 0 && ranges};
     auto walk_range = [&](int64_t lo, int64_t hi, std::atomic<int64_t>* progress) {
         if (walk.lines == 1)
             return write ? walk.template run<true, true>(lo, hi, progress) : walk.template run<false, true>(lo, hi, progress);
@@ -147,8 +210,21 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
                      : walk.template run<false, false>(lo, hi, progress);
     };
     std::atomic<uint64_t> total{0};
-    if (ordered) {
-        if (ThreadPool::instance().num_threads() < 2 || n < kTouchGrain) return walk_range(0, n, nullptr);
+    if (!ranges && parts < 2) return walk_range(0, n, nullptr);
+    if (split == TouchSplit::targets || split == TouchSplit::lines) {
+        const bool by_lines = split == TouchSplit::lines;
+        const int shares = by_lines ? int(std::min<int64_t>(parts, walk.lines)) : parts;
+        if (shares < 2) return walk_range(0, n, nullptr);
+        ThreadPool::instance().run(shares, [&](int w, int nw) {
+            uint64_t sum = 0;
+            for (int part = w; part < shares; part += nw)
+                sum += write ? walk.template run_part<true>(part, shares, by_lines)
+                             : walk.template run_part<false>(part, shares, by_lines);
+            total.fetch_add(sum, std::memory_order_relaxed);
+        });
+        return total.load();
+    }
+    if (split == TouchSplit::reader) {
         // The stream as n values of `item` bytes (the last stream_bytes % n bytes left out).
         const int64_t item = stream_bytes / n;
         std::atomic<int64_t> progress{0};
