@@ -108,22 +108,38 @@ template <class P> struct TouchRange {
         const uint64_t t1 = by_lines ? span_of_table
                                      : uint64_t((unsigned __int128)span_of_table * unsigned(w + 1) / unsigned(parts));
         auto own = [t0, t1](uint64_t q) { return q >= t0 && q < t1; };
+        // A share of each position's stream by lines: at fixed offsets into it when every
+        // position has the same number of bytes (every case), else by two divisions each.
+        const int64_t off0 = per >= 0 ? per * l0 / nl : 0, off1 = per >= 0 ? per * l1 / nl : 0;
+        // This thread's part of position k's share of the stream.
+        auto part_of_stream = [&](int64_t k) -> std::pair<int64_t, int64_t> {
+            if (by_lines && per >= 0) return {k * per + off0, k * per + off1};
+            int64_t s0 = share_end(k), s1 = share_end(k + 1);
+            if (by_lines) {
+                const int64_t len = s1 - s0;
+                s1 = s0 + len * l1 / nl, s0 += len * l0 / nl;
+            }
+            return {s0, s1};
+        };
         uint64_t sum = 0;
         int64_t read_to = 0;  // the stream's lines below this offset have been read
         for (int64_t k = 0; k < count; ++k) {
+            // The stream too is asked for ahead: a thread's part of it is not one sequence that
+            // the hardware prefetcher follows from a single load (its lines come in pieces).
             if (k + ahd < count) {
                 const uint64_t q = std::min(uint64_t(int64_t(pos[k + ahd])), lst);
-                if (own(q))
+                if (own(q)) {
                     for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(tab + q + 64 * l, Write);
+                    if (sbytes > 0) {
+                        const auto [a0, a1] = part_of_stream(k + ahd);
+                        for (int64_t s = a0 & ~int64_t(63); s < a1; s += 64) __builtin_prefetch(stream + s);
+                    }
+                }
             }
             const uint64_t q = std::min(uint64_t(int64_t(pos[k])), lst);
             if (!own(q)) continue;
             if (sbytes > 0) {
-                int64_t s0 = share_end(k), s1 = share_end(k + 1);
-                if (by_lines) {
-                    const int64_t len = s1 - s0;
-                    s1 = s0 + len * l1 / nl, s0 += len * l0 / nl;
-                }
+                const auto [s0, s1] = part_of_stream(k);
                 for (int64_t s = std::max(s0 & ~int64_t(63), read_to); s < s1; s += 64) {
                     sum += uint8_t(*static_cast<const volatile char*>(stream + s));
                     read_to = s + 64;
