@@ -179,6 +179,15 @@ int64_t run_scatter(const View& data, const View& idx, const View& upd, const Vi
     return bad;
 }
 
+// The arrays of the bench's probes: one dimension, the elements adjacent (or at most one).
+inline bool dense_1d(const View& v) { return v.ndim == 1 && (v.shape[0] <= 1 || v.strides[0] == v.itemsize); }
+// The NumPy kind of an array's type ('i' signed integers, 'f' floats, ...).
+inline char dtype_kind(nb::handle h) { return PyArray_DESCR(reinterpret_cast<PyArrayObject*>(h.ptr()))->kind; }
+// Positions of the probes: dense int32 or int64.
+inline bool dense_positions(const View& pos, nb::handle h) {
+    return dense_1d(pos) && (pos.itemsize == 4 || pos.itemsize == 8) && dtype_kind(h) == 'i';
+}
+
 // The probe of `scatterx bench` (probe.h): touches `span` bytes of `table` at each byte offset
 // of `positions` (int32 or int64), reading, or reading and storing back with `write`, prefetching
 // `ahead` positions early, while reading `stream` (uint8, or None) in step, or with
@@ -193,9 +202,7 @@ uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool wr
                                     split_name + "'");
     const auto split = TouchSplit(found - std::begin(split_names));
     View table = view(table_h, "table", write), pos = view(positions_h, "positions");
-    if (table.ndim != 1 || table.itemsize != 1 || table.strides[0] != 1 || pos.ndim != 1 ||
-        (pos.itemsize != 4 && pos.itemsize != 8) || pos.strides[0] != pos.itemsize ||
-        PyArray_DESCR(reinterpret_cast<PyArrayObject*>(positions_h.ptr()))->kind != 'i')
+    if (!dense_1d(table) || table.itemsize != 1 || !dense_positions(pos, positions_h))
         throw std::invalid_argument("scatterx._core.touch: a contiguous uint8 table and int32 or int64 positions");
     const char* stream = nullptr;
     int64_t stream_bytes = 0;
@@ -219,12 +226,9 @@ uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool wr
 // all contiguous; the stretch of positions and values applied over and over until `count` adds.
 void ordered_adds_loop(nb::handle table_h, nb::handle positions_h, nb::handle values_h, int64_t count) {
     View table = view(table_h, "table", true), pos = view(positions_h, "positions"), val = view(values_h, "values");
-    auto kind = [](nb::handle h) { return PyArray_DESCR(reinterpret_cast<PyArrayObject*>(h.ptr()))->kind; };
-    auto dense = [](const View& v) { return v.ndim == 1 && (v.shape[0] <= 1 || v.strides[0] == v.itemsize); };
-    if (!dense(table) || !dense(val) || !dense(pos) || kind(table_h) != 'f' || kind(values_h) != 'f' ||
-        kind(positions_h) != 'i' || (table.itemsize != 4 && table.itemsize != 8) || val.itemsize != table.itemsize ||
-        (pos.itemsize != 4 && pos.itemsize != 8) || pos.shape[0] != val.shape[0] || count < 0 ||
-        (count > 0 && pos.shape[0] == 0))
+    if (!dense_1d(table) || !dense_1d(val) || !dense_positions(pos, positions_h) || dtype_kind(table_h) != 'f' ||
+        dtype_kind(values_h) != 'f' || (table.itemsize != 4 && table.itemsize != 8) ||
+        val.itemsize != table.itemsize || pos.shape[0] != val.shape[0] || count < 0 || (count > 0 && pos.shape[0] == 0))
         throw std::invalid_argument(
             "scatterx._core.ordered_adds: a contiguous float32 or float64 table, values of its type and as many "
             "int32 or int64 positions, a count >= 0");

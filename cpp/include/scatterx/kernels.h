@@ -593,13 +593,12 @@ template <int64_t N> inline void stream_four(char* dst, const char* a, const cha
 // out[k] = the N bytes at src + k * N + v * stride for v the normalised value of iv[k], k < n
 // (a row of fibers gathered along an outer axis), by streaming stores; elements of 4 or 8 bytes
 // four at a time by 16-byte stores where out allows it (as in gather_fiber_at, the four indices
-// share one branch). An out-of-bounds index is skipped and
-// sets `bad`. Used by the gather along an outer axis (stop 24, one process alternating with the
-// element-by-element stores, two threads, medians of seven calls: gather_mid 4.62 -> 4.31 ms,
-// faster in 10 of 12 rounds; gather_max0 25.7 -> 23.3 ms, 8 of 12; old and new builds in
-// alternating processes: gather_mid 4.45 -> 3.30 ms, 5 of 6 rounds; gather_max0 22.7 -> 21.8,
-// 6 of 8). For a 1-D gather of float64 (gather_fiber_at) the same stores measured no gain
-// (11.9 / 11.7 ms, 2 of 10 rounds faster).
+// share one branch). An out-of-bounds index is skipped and sets `bad`. Used by the gather along
+// an outer axis (stop 24, one process alternating with the element-by-element stores, two
+// threads, medians of seven calls: gather_mid 4.62 -> 4.31 ms, faster in 10 of 12 rounds;
+// gather_max0 25.7 -> 23.3 ms, 8 of 12; old and new builds in alternating processes: gather_mid
+// 4.45 -> 3.30 ms, 5 of 6 rounds; gather_max0 22.7 -> 21.8, 6 of 8). For a 1-D gather of float64
+// (gather_fiber_at) the same stores measured no gain (11.9 / 11.7 ms, 2 of 10 rounds faster).
 template <int64_t N, class I>
 inline void stream_gather_run(const I* iv, int64_t n, int64_t size, bool& bad, char* out, const char* src,
                               int64_t stride) {
