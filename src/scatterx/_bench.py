@@ -328,8 +328,9 @@ def probe_floor(t: Touches | None, settings: Settings) -> tuple[float | None, fl
     read of each line cost more than that). On one thread, and on scatterx's threads shared out
     in each of the ways a kernel may share them (`Touches.splits`: contiguous ranges of the
     positions, except for fibers of float adds or products, which must keep their order), each
-    prefetched at each of `_PROBE_AHEAD`: the fastest of these. The streaming bound counts every byte once; a random access moves a whole line,
-    fetched again (and, when written, stored again) each time if the table exceeds the cache.
+    prefetched at each of `_PROBE_AHEAD`: the fastest of these. The streaming bound counts every
+    byte once; a random access moves a whole line, fetched again (and, when written, stored
+    again) each time if the table exceeds the cache.
     This is a measurement, not a proof: an algorithm that brings a dense region in whole, or
     that first reorders the updates (a partitioning pass), can beat it -- which is why a case
     counts as out of reach only when scatterx itself is not faster than the probe (`targets`).
@@ -369,9 +370,11 @@ def ordered_loop(case: Case, inputs, t: Touches | None, settings: Settings) -> f
     """The median time (ms) one thread takes to apply the adds of an ordered fiber, memory aside
     (`t`: the case's accesses, ``_bench_cases.touches``).
 
-    SPEC section 2 leaves one fiber of float adds (`Touches.ordered`, one element per access: a
-    1-D histogram) to one thread, each target's adds in the order of the indices, so no kernel takes less time than
-    that loop, whatever it overlaps with it. ``_core.ordered_adds`` runs it alone: the first
+    SPEC section 2 orders the adds of each target of one fiber of float adds (`Touches.ordered`,
+    one element per access: a 1-D histogram), so a kernel that keeps the fiber on one thread (as
+    scatterx does) takes no less time than that loop, whatever it overlaps with it; a kernel
+    that splits the targets between threads is measured by the probe instead
+    (`CaseResult.shared_floor_ms`). ``_core.ordered_adds`` runs it alone: the first
     `_LOOP_STRETCH` positions and updates of the case, in L1 once read, applied over and over
     until there have been as many adds as the case has, into a copy of data, without index
     checks. Its table's lines are those of 1024 targets at most, where the case's are spread

@@ -189,7 +189,8 @@ enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3 };
 // line, in step with the positions: the share of each block of kStreamBlock positions before
 // they are touched. The threads share the work as `split` says (TouchSplit): by default each
 // takes a contiguous range of positions and their share of the stream; a position is clamped
-// into the table (never out of bounds). Returns a value computed from the bytes read, so that the reads cannot be dropped.
+// into the table (never out of bounds). Returns a value computed from the bytes read, so that
+// the reads cannot be dropped.
 // Accesses are prefetched `ahead` positions before they are made (the best distance depends on
 // the pattern and the machine: the caller tries several).
 //
