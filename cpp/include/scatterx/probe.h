@@ -270,9 +270,10 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
 
 // The ordered loop of one fiber of float adds, alone: table[positions[k]] += values[k] for k in
 // [0, stretch), that stretch applied over and over until n updates are done, in order, on the
-// calling thread. SPEC section 2 leaves such a fiber (a 1-D histogram) to one thread, applying
-// each target's adds in the order of the indices, so whatever else a kernel overlaps with it
-// (reading the streams, on a second thread), it cannot take less time than this loop. With a
+// calling thread. SPEC section 2 orders each target's adds; a kernel that keeps such a fiber (a
+// 1-D histogram) on one thread, as scatterx's does, cannot take less time than this loop,
+// whatever else it overlaps with it (reading the streams, on a second thread); one that splits
+// the bins between threads is measured by the probe's `targets` way instead. With a
 // short stretch of the case's own positions and values, read once and then served by L1, and
 // no index check, the figure is the loop's own work with the least memory traffic it can have:
 // a measurement of the machine, as the touch probe is, not of a kernel. Products are not
