@@ -120,9 +120,11 @@ class CaseResult:
         """Whether a measured floor keeps this case beyond 1.5x its bound: the floor alone
         takes longer than that, and scatterx is not faster than it (if it is, the measurement
         shows nothing about the case)."""
-        if floor_ms is None or self.bound_ms is None or not self.ours:
-            return False
-        return floor_ms > 1.5 * self.bound_ms and self.ours >= floor_ms
+        return bool(self.ours) and self._beyond_line(floor_ms) and self.ours >= floor_ms
+
+    def _beyond_line(self, ms: float | None) -> bool:
+        """Whether `ms` exceeds 1.5x the streaming bound."""
+        return ms is not None and self.bound_ms is not None and ms > 1.5 * self.bound_ms
 
     @property
     def bound_reachable(self) -> bool:
@@ -131,8 +133,7 @@ class CaseResult:
         than that, nor, for one ordered fiber, when its loop of adds alone does (`held_by`) and
         no way of sharing its targets among threads is faster than 1.5x the bound either (the
         loop holds only a kernel that applies the whole fiber on one thread)."""
-        shared = self.shared_floor_ms
-        shared_held = shared is None or (self.bound_ms is not None and shared > 1.5 * self.bound_ms)
+        shared_held = self.shared_floor_ms is None or self._beyond_line(self.shared_floor_ms)
         return not (self.held_by(self.floor_ms) or (self.held_by(self.loop_ms) and shared_held))
 
     def windows_won(self) -> tuple[int, int] | None:
@@ -385,10 +386,10 @@ def ordered_loop(case: Case, inputs, t: Touches | None, settings: Settings) -> f
     """
     from . import _core
 
-    if t is None or not t.ordered or case.reduction != "add" or inputs.data.dtype not in (np.float32, np.float64):
-        return None
     item = inputs.data.dtype.itemsize
-    if t.span != item:  # fibers of rows (message passing): their adds are split by columns or rows
+    # One element per access: a fiber of rows (message passing) is shared by columns or rows.
+    if (t is None or not t.ordered or t.span != item or case.reduction != "add"
+            or inputs.data.dtype not in (np.float32, np.float64)):
         return None
     positions = np.ascontiguousarray(t.positions[:_LOOP_STRETCH] // item)
     values = np.ascontiguousarray(inputs.updates.reshape(-1)[:_LOOP_STRETCH])

@@ -269,14 +269,20 @@ class Touches:
         return "ranges" not in self.splits
 
 
-def _order_bound(case: Case, data: np.ndarray) -> bool:
-    """Whether the adds or products of `case` depend on their order (integer ones wrap around
-    whatever their order; max and min do not depend on it; "none" keeps the last writer, which
-    a split can find)."""
-    return case.op == "scatter" and case.reduction in ("add", "mul") and not np.issubdtype(data.dtype, np.integer)
-
-
-def _ordered_splits(span: int) -> tuple[str, ...]:
+def _splits(case: Case, data: np.ndarray, indices: np.ndarray, span: int) -> tuple[str, ...]:
+    """How threads may share the accesses of `case` (`Touches.splits`). Float adds and products
+    depend on their order (integer ones wrap around whatever their order; max and min do not
+    depend on it; "none" keeps the last writer, which a split can find). Their fibers lie in
+    blocks along the positions, one block per coordinate before the axis: with one block (the
+    axis outermost: a 1-D histogram, the message-passing rows) a range of positions cuts every
+    fiber; with several (a middle axis: one slab each) the cases' ranges meet between blocks.
+    Accesses of several lines (a row of fibers) can also be split by lines."""
+    ordered = (
+        case.op == "scatter" and case.reduction in ("add", "mul")
+        and not np.issubdtype(data.dtype, np.integer) and math.prod(indices.shape[:case.axis]) == 1
+    )
+    if not ordered:
+        return ("ranges",)
     return ("reader", "targets", "lines") if span > 64 else ("reader", "targets")
 
 
@@ -306,18 +312,12 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
         row_bytes = item * math.prod(data.shape[1:])
         span = item * math.prod(indices.shape[1:])
         positions = _as_wide_as(rows * row_bytes, inputs.index_rows, data.nbytes)
-        # Every column is a fiber through all the rows, which repeat their targets at random.
-        splits = _ordered_splits(span) if _order_bound(case, data) else ("ranges",)
-        return Touches(data.nbytes, positions, span, write, stream, splits, written)
+        return Touches(data.nbytes, positions, span, write, stream, _splits(case, data, indices, span), written)
     coords = list(np.indices(indices.shape, sparse=True))
     coords[axis] = np.where(indices < 0, indices + size, indices)
     flat = np.ravel_multi_index(np.broadcast_arrays(*coords), data.shape).reshape(-1)
-    # One fiber (1-D) cannot be cut. Fibers of other shapes come in whole blocks along the
-    # positions' order, and the cases' two ranges meet between blocks (a middle axis: between
-    # slabs), so ranges stay.
-    splits = _ordered_splits(item) if _order_bound(case, data) and data.size == size else ("ranges",)
     positions = _as_wide_as(flat * item, indices, data.nbytes)  # flat is intp: no int32 overflow
-    return Touches(data.nbytes, positions, item, write, stream, splits, written)
+    return Touches(data.nbytes, positions, item, write, stream, _splits(case, data, indices, item), written)
 
 
 def _as_wide_as(positions: np.ndarray, index: np.ndarray, table_bytes: int) -> np.ndarray:
