@@ -101,25 +101,20 @@ template <class P> struct TouchRange {
         const uint64_t lst = last;
         const int64_t ahd = ahead, end = last_byte, count = n, sbytes = stream_bytes, nl = lines;
         const int64_t per = sbytes % count == 0 ? sbytes / count : -1;
-        auto share_end = [&](int64_t k) { return per >= 0 ? k * per : stream_share_end(k, count, sbytes); };
         auto [l0, l1] = by_lines ? split_range(nl, w, parts) : std::pair<int64_t, int64_t>{0, nl};
         const uint64_t span_of_table = lst + 1;  // positions lie in [0, lst]
         const uint64_t t0 = by_lines ? 0 : uint64_t((unsigned __int128)span_of_table * unsigned(w) / unsigned(parts));
         const uint64_t t1 = by_lines ? span_of_table
                                      : uint64_t((unsigned __int128)span_of_table * unsigned(w + 1) / unsigned(parts));
         auto own = [t0, t1](uint64_t q) { return q >= t0 && q < t1; };
-        // A share of each position's stream by lines: at fixed offsets into it when every
-        // position has the same number of bytes (every case), else by two divisions each.
+        // This thread's part of position k's share of the stream, lines [l0, l1) of nl of it (all
+        // of it by targets): at fixed offsets when every position has the same number of bytes
+        // (every case), else by two divisions each.
         const int64_t off0 = per >= 0 ? per * l0 / nl : 0, off1 = per >= 0 ? per * l1 / nl : 0;
-        // This thread's part of position k's share of the stream.
         auto part_of_stream = [&](int64_t k) -> std::pair<int64_t, int64_t> {
-            if (by_lines && per >= 0) return {k * per + off0, k * per + off1};
-            int64_t s0 = share_end(k), s1 = share_end(k + 1);
-            if (by_lines) {
-                const int64_t len = s1 - s0;
-                s1 = s0 + len * l1 / nl, s0 += len * l0 / nl;
-            }
-            return {s0, s1};
+            if (per >= 0) return {k * per + off0, k * per + off1};
+            const int64_t s0 = stream_share_end(k, count, sbytes), len = stream_share_end(k + 1, count, sbytes) - s0;
+            return {s0 + len * l0 / nl, s0 + len * l1 / nl};
         };
         uint64_t sum = 0;
         int64_t read_to = 0;  // the stream's lines below this offset have been read
