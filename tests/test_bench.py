@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import sys
 import time
 
@@ -202,6 +203,8 @@ def test_the_bound_of_a_case_comes_from_the_copy_timed_beside_it():
     assert all(r.status == "ok" and len(r.samples_ms) == 5 for r in result.impls.values())
     assert result.bandwidth > 0
     assert result.bound_ms == pytest.approx(1e3 * result.moved_bytes / result.bandwidth)
+    # The probe ran, and the result says which of its ways set the floor.
+    assert result.floor_ms > 0 and re.fullmatch(r"\d+ threads?, ranges, \d+ ahead", result.floor_way)
     fixed = _bench.run_case(case, [SCATTERX], SETTINGS, bandwidth=1e9)
     assert fixed.bandwidth == 1e9 and fixed.bound_ms == pytest.approx(1e3 * fixed.moved_bytes / 1e9)
 
@@ -408,17 +411,25 @@ def test_the_probe_shares_ordered_targets_only_in_the_ways_a_kernel_may(monkeypa
     ):
         calls.clear()
         c = next(c for c in CASES if c.name == name)
-        floor, shared = _bench.probe_floor(touches(c, build_inputs(c, quick=True)), two)
+        floor = _bench.probe_floor(touches(c, build_inputs(c, quick=True)), two)
         assert {(n, split) for n, split, _ in calls} == ways
         assert {a for _, _, a in calls} == set(_bench._PROBE_AHEAD)
         # The floor is the fastest way (here one thread); the shared floor the fastest in which
         # several threads each apply a share of the targets (not one walker with a reader).
-        assert 1 <= floor < 3
-        assert sleep_ms[shared_split] <= shared < sleep_ms[shared_split] + 2
+        # Each comes with the way that gave it.
+        assert 1 <= floor.ms < 3
+        assert (floor.way.threads, floor.way.split) == (1, "ranges")
+        assert sleep_ms[shared_split] <= floor.shared_ms < sleep_ms[shared_split] + 2
+        assert (floor.shared_way.threads, floor.shared_way.split) == (2, shared_split)
+        assert floor.shared_way.ahead in _bench._PROBE_AHEAD
+        assert floor.shared_way.describe() == f"2 threads, {shared_split}, {floor.shared_way.ahead} ahead"
     calls.clear()
     c = next(c for c in CASES if c.name == "mp_add")
-    assert _bench.probe_floor(touches(c, build_inputs(c, quick=True)), SETTINGS)[1] is None  # one thread
+    alone = _bench.probe_floor(touches(c, build_inputs(c, quick=True)), SETTINGS)  # one thread
+    assert alone.shared_ms is None and alone.shared_way is None
+    assert alone.way.describe() == f"1 thread, ranges, {alone.way.ahead} ahead"
     assert {(n, split) for n, split, _ in calls} == {(1, "ranges")}
+    assert _bench.probe_floor(None, two) == _bench.ProbeFloor()  # the latency cases
 
 
 def test_the_streaming_target_counts_only_reachable_cases():

@@ -87,6 +87,10 @@ class CaseResult:
     # The probe's fastest way in which several threads each apply a share of the targets (no
     # thread walks them all): what a kernel that does not keep a fiber on one thread can reach.
     shared_floor_ms: float | None = None
+    # Which of the probe's ways gave each of those two (`ProbeWay.describe`), e.g. "2 threads,
+    # targets, 32 ahead": which way of sharing the accesses set the floor.
+    floor_way: str | None = None
+    shared_floor_way: str | None = None
     bandwidth: float | None = None  # bytes/s of the copy timed between this case's samples
     steal: float | None = None  # share of the CPUs' time the host took while this case ran (`steal_share`)
 
@@ -314,11 +318,42 @@ def compare(case: Case, exact: bool, ours: tuple[np.ndarray, ...], theirs: tuple
 _PROBE_AHEAD = (8, 32, 128)  # prefetch distances the probe tries, in accesses
 
 
-def probe_floor(t: Touches | None, settings: Settings) -> tuple[float | None, float | None]:
+@dataclass(frozen=True)
+class ProbeWay:
+    """One configuration of the probe: `threads` sharing the accesses by `split` (one of
+    `Touches.splits`, or "ranges" on one thread), each prefetching `ahead` accesses ahead."""
+
+    threads: int
+    split: str
+    ahead: int
+
+    @property
+    def shared(self) -> bool:
+        """Whether several threads each apply a share of the targets (no thread walks them all:
+        a second thread that only reads ahead, "reader", shares nothing)."""
+        return self.threads > 1 and self.split != "reader"
+
+    def describe(self) -> str:
+        return f"{self.threads} thread{'s' if self.threads > 1 else ''}, {self.split}, {self.ahead} ahead"
+
+
+@dataclass(frozen=True)
+class ProbeFloor:
+    """What `probe_floor` measured: the fastest way and the fastest shared way (`ProbeWay`),
+    each with its median time in ms; None where there was none."""
+
+    ms: float | None = None
+    way: ProbeWay | None = None
+    shared_ms: float | None = None
+    shared_way: ProbeWay | None = None
+
+
+def probe_floor(t: Touches | None, settings: Settings) -> ProbeFloor:
     """The least median time (ms) the machine takes to do a case's memory accesses `t` alone
-    (``_bench_cases.touches``; None, as for the latency cases, gives None), and the least of the
-    ways in which several threads each take a share of the targets (None with one thread):
-    ``CaseResult.floor_ms`` and ``CaseResult.shared_floor_ms``.
+    (``_bench_cases.touches``; None, as for the latency cases, gives an empty `ProbeFloor`), and
+    the least of the ways in which several threads each take a share of the targets (None with
+    one thread), each with the way that gave it: ``CaseResult.floor_ms`` and
+    ``CaseResult.shared_floor_ms``, ``floor_way`` and ``shared_floor_way``.
 
     The same target positions in the same order, one byte per cache line, read or read and
     stored back, without index checks or arithmetic (``_core.touch``), while the values that
@@ -341,7 +376,7 @@ def probe_floor(t: Touches | None, settings: Settings) -> tuple[float | None, fl
     from . import _core
 
     if t is None:
-        return None, None
+        return ProbeFloor()
     table = np.zeros(t.table_bytes, np.uint8)
     # Ones: pages of their own (the pages of np.zeros may all map the one zero page).
     stream = np.ones(t.stream_bytes, np.uint8)
@@ -353,13 +388,16 @@ def probe_floor(t: Touches | None, settings: Settings) -> tuple[float | None, fl
         return run
 
     ways = [(1, "ranges")] + ([(settings.threads, split) for split in t.splits] if settings.threads > 1 else [])
-    configs = {(n, split, a): probe(n, split, a) for n, split in ways for a in _PROBE_AHEAD}
+    configs = {ProbeWay(n, split, a): probe(n, split, a) for n, split in ways for a in _PROBE_AHEAD}
     try:
         timings = time_calls(configs, settings.min_time, settings.repeat)
     finally:
         sx.set_num_threads(settings.threads)
-    shared = [timing.median for (n, split, _), timing in timings.items() if n > 1 and split != "reader"]
-    return 1e3 * min(timing.median for timing in timings.values()), (1e3 * min(shared) if shared else None)
+    medians = {way: 1e3 * timing.median for way, timing in timings.items()}
+    way = min(medians, key=medians.__getitem__)
+    shared = [w for w in medians if w.shared]
+    shared_way = min(shared, key=medians.__getitem__) if shared else None
+    return ProbeFloor(medians[way], way, medians[shared_way] if shared_way else None, shared_way)
 
 
 # Positions and values of an ordered fiber that `ordered_loop` applies over and over: 1024 of
@@ -477,7 +515,10 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
         result.bandwidth = bandwidth
         result.bound_ms = 1e3 * nbytes / bandwidth
     accesses = touches(case, inputs)  # once: for a 1-D histogram, 80 MB of positions in 0.7 s
-    result.floor_ms, result.shared_floor_ms = probe_floor(accesses, settings)
+    floor = probe_floor(accesses, settings)
+    result.floor_ms, result.shared_floor_ms = floor.ms, floor.shared_ms
+    result.floor_way = floor.way.describe() if floor.way else None
+    result.shared_floor_way = floor.shared_way.describe() if floor.shared_way else None
     result.loop_ms = ordered_loop(case, inputs, accesses, settings)
     del accesses
     ours = result.impls.get("scatterx")
@@ -942,7 +983,7 @@ def run(args: argparse.Namespace) -> int:
         parts = [f"{n} {_cell(r.impls[n])}" for n in names]
         tail = f" -> {_fmt(r.speedup)}x best peer" if r.speedup else ""
         tail += f", {_fmt(r.bound_ratio)}x bound" if r.bound_ratio else ""
-        tail += f", {_fmt(r.floor_ratio)}x floor" if r.floor_ratio else ""
+        tail += f", {_fmt(r.floor_ratio)}x floor ({r.floor_way})" if r.floor_ratio else ""
         tail += f", {_fmt(r.loop_ratio)}x ordered loop" if r.loop_ratio else ""
         tail += f", host stole {100 * r.steal:.1f}% of the CPUs" if r.steal is not None else ""
         _progress("        " + " | ".join(parts) + tail + f" ({time.perf_counter() - case_start:.1f} s)")
