@@ -418,7 +418,7 @@ def test_the_probe_shares_ordered_targets_only_in_the_ways_a_kernel_may(monkeypa
         # several threads each apply a share of the targets (not one walker with a reader).
         # Each comes with the way that gave it.
         assert 1 <= floor.ms < 3
-        assert (floor.way.threads, floor.way.split) == (1, "ranges")
+        assert floor.way.split == "ranges"  # on one thread; for max0 on either count
         assert sleep_ms[shared_split] <= floor.shared_ms < sleep_ms[shared_split] + 2
         assert (floor.shared_way.threads, floor.shared_way.split) == (2, shared_split)
         assert floor.shared_way.ahead in _bench._PROBE_AHEAD

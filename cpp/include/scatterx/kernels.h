@@ -454,17 +454,24 @@ inline void warm_lines(const char* p, int64_t bytes) {
 // threads each reading 256 KB regions: 10.7-13.5 against 13.6-16.2 GB/s; stop 28, standalone,
 // medians of seven). In scatterx, one process, the ways alternating, 40 rounds of medians of
 // nine calls: gather_mid 4.28 -> 3.96 ms (faster in 25 rounds), mid_mul with out=data 7.85 ->
-// 7.50 ms (31 rounds). The same order for the staged scatter's copy of its rows (mid_mul 5.20
-// -> 6.55 ms, slower in 8 of 8 rounds), the gather's rows of indices (gather_mid 5.30 -> 5.98,
-// 7 of 8) and the pass over G of the mul backward (vjp_mul 11.78 -> 11.42, 4 of 8) did not win.
+// 7.50 ms (31 rounds). The same order for the gather's rows of indices (gather_mid 5.30 -> 5.98
+// ms, slower in 7 of 8 rounds) and for the pass over G of the mul backward (vjp_mul 11.78 ->
+// 11.42, faster in 4 of 8), or G and D read in so before that pass (11.23 -> 12.00, slower in 17
+// of 24), did not win.
+// Eight runs instead of four: gather_mid 4.16 -> 4.51 ms (slower in 17 of 24 rounds), mid_mul
+// with out=data 7.00 -> 6.83 (faster in 12 of 24).
 inline constexpr int64_t kWarmRuns = 4;
-// The `rows` rows of `row_bytes` at `stride` from p, read in when worth it for `updates`
-// random updates (see above), kWarmRuns runs of rows at a time; returns whether it did.
-inline bool warm_rows(const char* p, int64_t rows, int64_t stride, int64_t row_bytes, int64_t updates) {
-    if (!warm_worthwhile(rows * row_bytes, updates)) return false;
+// Reads in the `rows` rows of `row_bytes` at `stride` from p, kWarmRuns runs of rows at a time.
+inline void read_rows_in(const char* p, int64_t rows, int64_t stride, int64_t row_bytes) {
     const int64_t per = (rows + kWarmRuns - 1) / kWarmRuns;  // rows of each run
     for (int64_t a = 0; a < per; ++a)
         for (int64_t r = a; r < rows; r += per) warm_lines(p + r * stride, row_bytes);
+}
+// The `rows` rows of `row_bytes` at `stride` from p, read in when worth it for `updates`
+// random updates (see above); returns whether it did.
+inline bool warm_rows(const char* p, int64_t rows, int64_t stride, int64_t row_bytes, int64_t updates) {
+    if (!warm_worthwhile(rows * row_bytes, updates)) return false;
+    read_rows_in(p, rows, stride, row_bytes);
     return true;
 }
 
@@ -831,7 +838,11 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
 // / 4.8 -> 4.7 / 4.5 / 4.4 / 5.0 ms in four rounds; in six more 4.4 / 5.4 / 4.6 / 5.7 / 4.4 /
 // 5.6 -> 4.5 / 4.3 / 4.5 / 4.6 / 4.7 / 4.7 (a loss of up to 6 % in some rounds). For single
 // fibers (4096 rows of 1024 float32, 256 updates each) the same stage gained nothing (2.6 /
-// 2.4 -> 2.7 / 2.4 ms): not used there.
+// 2.4 -> 2.7 / 2.4 ms): not used there. The source rows are read in first, as interleaved runs
+// (read_rows_in), and copied from the cache (stop 28, one process, the ways alternating, rounds
+// of medians of nine calls: mid_mul 5.87 -> 5.68 ms, faster in 20 of 24 rounds, then 5.97 ->
+// 5.47, 27 of 40); copying the rows in that interleaved order instead was slower (5.20 -> 6.55
+// ms, 8 of 8 rounds).
 inline constexpr int64_t kStageBytes = int64_t(256) << 10;
 
 // Returns false, having done nothing, when the scratch cannot be allocated.
@@ -842,6 +853,7 @@ bool stage_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count, 
     const int64_t row = count * N, size = sb.size;
     char* scratch = thread_scratch(size * row);
     if (!scratch) return false;
+    if (in[3] == N) read_rows_in(p[3], size, src_axis_stride, row);
     for (int64_t a = 0; a < size; ++a) copy_run(scratch + a * row, N, p[3] + a * src_axis_stride, in[3], count, N);
     char* const q[4] = {scratch, p[1], p[2], p[3]};
     const int64_t inner[4] = {N, in[1], in[2], in[3]};
