@@ -432,10 +432,11 @@ inline constexpr int64_t kSpanBytes = int64_t(64) << 10;
 inline constexpr int64_t kSpanAhead = 2;
 // Without a fused copy (out=data), the target rows of a block of fibers are not in the cache
 // when random updates reach them, one line at a time from memory. A region that fits in the
-// cache and gets more updates than it has lines is read in first, in order (a middle-axis mul,
+// cache and gets more updates than it has lines is read in first (a middle-axis mul,
 // 64 slabs of 512 x 128 float32 with 256 x 128 updates each, out=data: 8.5-8.8 -> 6.0-6.5 ms;
 // with a fresh output the fused copy does it: 5.7-7.3 ms). For one fiber of 4 KB (1024 float32,
-// 256 updates) reading it in first gained nothing clear: its 64 misses overlap anyway.
+// 256 updates) reading it in first gained nothing clear: its 64 misses overlap anyway. Read in
+// order until stop 28, now as interleaved runs (read_rows_in, below).
 inline constexpr int64_t kWarmBytes = int64_t(256) << 10;
 inline bool warm_worthwhile(int64_t region_bytes, int64_t updates) {
     return region_bytes <= kWarmBytes && updates >= region_bytes / 64;
@@ -959,8 +960,8 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
                 for (int64_t a = 0; a < g.axis_size; ++a)
                     copy_run(p[0] + a * g.axis_stride, in[0], p[3] + a * g.src_axis_stride, in[3], count, N);
             } else if (in[0] == N) {
-                // No copy brings the block's target rows in (out=data): read them in, in order,
-                // before the updates reach them at random.
+                // No copy brings the block's target rows in (out=data): read them in
+                // (read_rows_in) before the updates reach them at random.
                 warm_rows(p[0], g.axis_size, g.axis_stride, count * N, fs.na * count);
             }
             scatter_rows(sb, p, count, in, fs.na, fs.astr);
@@ -1102,8 +1103,8 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             const bool contiguous = in[0] == N && in[2] == N && in[1] == int64_t(sizeof(I));
             const bool broadcast = in[0] == N && in[2] == N && in[1] == 0;  // a stride-0 index row
             const bool far = size * dstr > kCacheBytes;
-            // The block's source rows, read in first, in order, when they fit in the cache and
-            // get more reads than they have lines (as the scatter does for out=data): else each
+            // The block's source rows, read in first (read_rows_in), when they fit in the cache
+            // and get more reads than they have lines (as the scatter does for out=data): else each
             // line's first read is a miss at random (middle-axis gather, 64 x 256 x 128 from 64 x
             // 512 x 128 float32, two threads, in one process alternating: 9.4 / 7.3 / 7.7 ->
             // 4.5 / 3.2 / 3.5 ms in three rounds; gathers of other shapes unchanged). Only rows
