@@ -381,16 +381,16 @@ def probe_floor(t: Touches | None, settings: Settings) -> ProbeFloor:
     # Ones: pages of their own (the pages of np.zeros may all map the one zero page).
     stream = np.ones(t.stream_bytes, np.uint8)
 
-    def probe(threads, split, ahead):
+    def probe(way: ProbeWay):
         def run():
-            sx.set_num_threads(threads)
-            _core.touch(table, t.positions, t.span, t.write, ahead, stream, split, t.stream_written)
+            sx.set_num_threads(way.threads)
+            _core.touch(table, t.positions, t.span, t.write, way.ahead, stream, way.split, t.stream_written)
         return run
 
-    ways = [(1, "ranges")] + ([(settings.threads, split) for split in t.splits] if settings.threads > 1 else [])
-    configs = {ProbeWay(n, split, a): probe(n, split, a) for n, split in ways for a in _PROBE_AHEAD}
+    shares = [(1, "ranges")] + ([(settings.threads, split) for split in t.splits] if settings.threads > 1 else [])
+    ways = [ProbeWay(n, split, a) for n, split in shares for a in _PROBE_AHEAD]
     try:
-        timings = time_calls(configs, settings.min_time, settings.repeat)
+        timings = time_calls({way: probe(way) for way in ways}, settings.min_time, settings.repeat)
     finally:
         sx.set_num_threads(settings.threads)
     medians = {way: 1e3 * timing.median for way, timing in timings.items()}
