@@ -267,6 +267,15 @@ def test_moved_bytes_is_the_streaming_formula():
     (n, m), (k, _) = FAMILIES["max0"].quick_data_shape, FAMILIES["max0"].quick_index_shape
     data, idx, upd = n * m * 4, k * m * 8, k * m * 4
     assert moved_bytes(case, inputs) == 2 * data + idx + upd
+    # An expanded index counts as it is handed to scatterx: a stride-0 view holds its first
+    # column only; materialised (the mp_dense family), all of it.
+    (n, m), (k, _) = FAMILIES["mp"].quick_data_shape, FAMILIES["mp"].quick_index_shape
+    data, upd = n * m * 4, k * m * 4
+    for name, idx in (("mp_add", k * 8), ("mp_add_i32", k * 4), ("mp_add_dense", k * m * 8)):
+        case = next(c for c in CASES if c.name == name)
+        assert moved_bytes(case, build_inputs(case, quick=True)) == 2 * data + idx + upd, name
+    gather = next(c for c in CASES if c.name == "gather_mp_dense")
+    assert moved_bytes(gather, build_inputs(gather, quick=True)) == data + k * m * 8 + upd
 
 
 def test_touches_are_the_targets_in_visiting_order():
@@ -317,7 +326,12 @@ def test_touches_are_the_targets_in_visiting_order():
     # that cuts one (one fiber; the columns of the message-passing rows). The middle-axis
     # product's fibers come whole in each half of its positions (the halves meet between slabs).
     ordered = {c.name for c in CASES if c.has_bound and touches(*case(c.name)).ordered}
-    assert ordered == {"hist_add", "hist_add_i32", "mp_add", "mp_add_f16", "mp_add_bf16", "mp_add_i32"}
+    assert ordered == {"hist_add", "hist_add_i32", "mp_add", "mp_add_f16", "mp_add_bf16", "mp_add_i32", "mp_add_dense"}
+    # The materialised expanded index visits the same whole rows (scatterx applies them whole).
+    dense, expanded = touches(*case("mp_add_dense")), touches(*case("mp_add"))
+    np.testing.assert_array_equal(dense.positions, expanded.positions)
+    assert (dense.span, dense.stream_bytes, dense.splits) == (expanded.span, expanded.stream_bytes, expanded.splits)
+    assert case("mp_add_dense")[1].index_rows is None and case("mp_add_dense")[1].indices.flags.c_contiguous
     assert touches(*case("hist_add")).splits == ("reader", "targets")  # one line per access
     assert touches(*case("mp_add")).splits == ("reader", "targets", "lines")  # a row: its fibers
     c, x = case("mid_mul")

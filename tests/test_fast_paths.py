@@ -575,3 +575,60 @@ def test_random_rows_of_a_large_target(threads, index_dtype, reduction):
                     sx.scatter_elements_vjp(np.ones_like(data), data, bad, updates, 0, reduction)
     finally:
         sx.set_num_threads(previous)
+
+
+def _expected_general(data, indices, updates, reduction):
+    """The sequential scatter along axis 0 for any index: ufunc.at, or row by row for "none"."""
+    out = data.copy()
+    cols = np.broadcast_to(np.arange(indices.shape[1]), indices.shape)
+    if reduction == "none":
+        for j in range(indices.shape[0]):
+            out[indices[j], cols[j]] = updates[j]
+    else:
+        with np.errstate(invalid="ignore", over="ignore"):
+            UFUNCS[reduction].at(out, (indices, cols), updates)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max"])
+@pytest.mark.parametrize("mixed_row", [None, 100, 9000, 19999])
+def test_materialised_index_rows_checked_by_chunks(restore_threads, dtype, reduction, mixed_row):
+    """A contiguous index whose rows each hold one value (the expanded index materialised, as an
+    ONNX Expand produces it) takes the split by target rows too, its rows checked a chunk at a
+    time by the threads. A row of several values (in the first chunk: the columns' way from
+    the start; later, or in the last, partial chunk: that chunk element by element) must give
+    the sequential result all the same: against ufunc.at bit for bit, for 1, 2 and 3 threads,
+    int64 and int32 indices, a new output and out=data, and a bad index in such a row."""
+    rng = np.random.default_rng(29)
+    data = (rng.standard_normal((3000, 40)) * 3).astype(dtype)
+    rows = rng.integers(0, 3000, 20000)
+    updates = (rng.standard_normal((20000, 40)) * 3).astype(dtype)
+    if reduction == "mul":
+        updates = (1 + rng.standard_normal((20000, 40)) / 50).astype(dtype)
+    indices = np.ascontiguousarray(np.broadcast_to(rows[:, None], updates.shape))
+    if mixed_row is not None:
+        # Targets owned by the other thread (rows 0.. and 2999..), and a repeat of a target
+        # that later rows also update, so the order across rows shows.
+        indices[mixed_row, ::3] = (indices[mixed_row, ::3] + 1500) % 3000
+        indices[mixed_row, 1] = rows[mixed_row - 1]
+    want = _expected_general(data, indices, updates, reduction)
+    for index_dtype in (np.int64, np.int32):
+        ix = indices.astype(index_dtype)
+        for threads in (1, 2, 3):
+            sx.set_num_threads(threads)
+            got = sx.scatter_elements(data, ix, updates, axis=0, reduction=reduction)
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+            out = data.copy()
+            sx.scatter_elements(out, ix, updates, axis=0, reduction=reduction, out=out)
+            np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
+            np.testing.assert_array_equal(sx.gather_elements(data, ix, axis=0), np.take_along_axis(data, ix, 0))
+    if mixed_row is not None:
+        bad = indices.copy()
+        bad[mixed_row, 5] = 3000
+        with pytest.raises(IndexError, match=rf"index 3000 at indices\[{mixed_row}, 5\]"):
+            sx.scatter_elements(data, bad, updates, axis=0, reduction=reduction)
+        kept = data.copy()
+        with pytest.raises(IndexError):
+            sx.scatter_elements(kept, bad, updates, axis=0, reduction=reduction, out=kept)
+        np.testing.assert_array_equal(kept.view(np.uint8), data.view(np.uint8))

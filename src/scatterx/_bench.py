@@ -33,12 +33,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ._bench_cases import CASES, Case, Touches, build_inputs, moved_bytes, select, touches
+from ._bench_cases import CASES, Case, Touches, build_inputs, index_bytes, moved_bytes, select, touches
 from ._bench_peers import IMPLEMENTATIONS, Impl, Unsupported, _prepare_scatterx
 
 _RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-2, "bfloat16": 8e-2}
 _MEMORY_CASES = (
-    "mp_add", "rows_none", "max0", "hist_add", "mid_mul", "gather_mp", "gather_rows",
+    "mp_add", "rows_none", "max0", "hist_add", "mid_mul", "mp_add_dense", "gather_mp", "gather_rows",
     "vjp_none", "vjp_add", "vjp_mul", "vjp_max", "vjp_gather",
 )
 _INPLACE_CASES = ("mp_add", "rows_none", "max0", "hist_add", "mid_mul")
@@ -605,11 +605,12 @@ def memory_probe(name: str, quick: bool, threads: int) -> dict:
     inputs = build_inputs(case, quick)
     run = _prepare_scatterx(case, inputs, threads).run
     output_bytes = sum(a.nbytes for a in _as_arrays(run()))
-    arrays = (inputs.data, inputs.indices, inputs.updates, inputs.grad)
+    arrays = (inputs.data, inputs.updates, inputs.grad)
     return {
         "case": name,
         "output_bytes": output_bytes,
-        "input_bytes": sum(a.nbytes for a in arrays if a is not None),
+        # The index as the call is handed it (a stride-0 view where it is expanded).
+        "input_bytes": index_bytes(inputs) + sum(a.nbytes for a in arrays if a is not None),
         **peak_extra(run, output_bytes),
     }
 

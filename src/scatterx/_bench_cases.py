@@ -19,7 +19,10 @@ class Family:
     """A shape of the benchmark matrix and how its indices and values are drawn.
 
     `index_kind` is one of "expanded" (one random target per leading row, repeated along the
-    inner dimension: the index of message passing), "unique" (distinct targets within each
+    inner dimension: the index of message passing, handed to the implementations that can take
+    it as a stride-0 view of its first column, as PyTorch Geometric passes it), "materialised"
+    (the same index, every implementation reading all of it, as an ONNX Expand produces it),
+    "unique" (distinct targets within each
     fiber), "random" (uniform, duplicates allowed) or "literal" (the 3x3 call). `values` is
     "normal" or "near_one" (updates close to 1, so that products stay finite).
     """
@@ -38,6 +41,7 @@ FAMILIES = {
     f.key: f
     for f in (
         Family("mp", (50_000, 64), (400_000, 64), (1_563, 64), (12_500, 64), 0, "expanded"),
+        Family("mp_dense", (50_000, 64), (400_000, 64), (1_563, 64), (12_500, 64), 0, "materialised"),
         Family("rows", (4096, 1024), (4096, 256), (128, 1024), (128, 256), 1, "unique"),
         Family("max0", (100_000, 32), (200_000, 32), (3_125, 32), (6_250, 32), 0, "random"),
         Family("hist", (100_000,), (10_000_000,), (100_000,), (312_500,), 0, "random"),
@@ -94,7 +98,8 @@ class Case:
             "gather_vjp": "d/gather",
         }[self.op]
         dims = "x".join(map(str, dshape)), "x".join(map(str, ishape))
-        return f"{what} {dims[0]} <- {dims[1]} {self.dtype} {self.index_dtype} axis {self.axis}"
+        dense = " (index materialised)" if FAMILIES[self.family].index_kind == "materialised" else ""
+        return f"{what} {dims[0]} <- {dims[1]} {self.dtype} {self.index_dtype} axis {self.axis}{dense}"
 
 
 def _case_list() -> tuple[Case, ...]:
@@ -115,6 +120,7 @@ def _case_list() -> tuple[Case, ...]:
         Case("rows_none_i32", "scatter", "rows", index_dtype="int32"),
         Case("max0_i32", "scatter", "max0", "max", index_dtype="int32"),
         Case("hist_add_i32", "scatter", "hist", "add", "float64", "int32", check="close"),
+        Case("mp_add_dense", "scatter", "mp_dense", "add", check="close"),
     ]
     gather = [
         Case("gather_mp", "gather", "mp"),
@@ -126,6 +132,7 @@ def _case_list() -> tuple[Case, ...]:
         Case("gather_rows_f16", "gather", "rows", dtype="float16"),
         Case("gather_rows_bf16", "gather", "rows", dtype="bfloat16"),
         Case("gather_mp_i32", "gather", "mp", index_dtype="int32"),
+        Case("gather_mp_dense", "gather", "mp_dense"),
     ]
     backward = [
         Case("vjp_none", "scatter_vjp", "rows", "none"),
@@ -171,7 +178,7 @@ def _indices(fam: Family, dshape, ishape, rng: np.random.Generator) -> np.ndarra
     size = dshape[fam.axis]
     if fam.index_kind == "literal":
         return np.array([[1, 0, 2], [0, 2, 1]])
-    if fam.index_kind == "expanded":
+    if fam.index_kind in ("expanded", "materialised"):
         rows = rng.integers(0, size, ishape[0])
         return np.ascontiguousarray(np.broadcast_to(rows.reshape((-1,) + (1,) * (len(ishape) - 1)), ishape))
     if fam.index_kind == "unique":
@@ -213,14 +220,22 @@ def build_inputs(case: Case, quick: bool = False, seed: int = 0) -> Inputs:
     return Inputs(data, indices, None, _values("normal", ishape, dtype, rng), rows)
 
 
+def index_bytes(inputs: Inputs) -> int:
+    """The bytes of the index as the case's timing hands it to scatterx (`expanded_indices`)."""
+    return (inputs.indices if inputs.index_rows is None else inputs.index_rows).nbytes
+
+
 def moved_bytes(case: Case, inputs: Inputs) -> int:
     """The fewest bytes the operation must read and write: what the streaming bound streams.
 
     Scatter: data read, result written, indices and updates read (2*data + indices + updates).
     Gather: data, indices and the result. A backward case reads the incoming gradient, the
-    indices and (for mul, max, min) data and updates, and writes its gradients.
+    indices and (for mul, max, min) data and updates, and writes its gradients. The indices
+    are counted as scatterx is handed them: an expanded index as its stride-0 view, whose bytes
+    are its first column's (before stop 29 the bound counted the materialised index, 64 times
+    as many bytes, which scatterx never reads; the `mp_dense` cases time that one).
     """
-    d, i = inputs.data.nbytes, inputs.indices.nbytes
+    d, i = inputs.data.nbytes, index_bytes(inputs)
     item = inputs.data.dtype.itemsize
     out_of_indices = inputs.indices.size * item
     if case.op == "scatter":
@@ -293,7 +308,10 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
     backward of a gather). None for the latency case.
 
     An expanded index visits one whole row per leading index; any other index one element per
-    index, at the flat position of its target in C order.
+    index, at the flat position of its target in C order. A materialised expanded index visits
+    rows too (scatterx applies them whole once it has checked them): its positions stand for its
+    first column only, so the probe leaves out reading the rest of the index, and its floor is
+    lower than that of any kernel that must read it all.
     """
     if not case.has_bound:
         return None
@@ -306,12 +324,15 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
         write = case.op != "gather"
     stream = indices.size * item
     written = case.op in ("gather", "scatter_vjp")  # the result, the update gradients
-    if inputs.index_rows is not None:
-        rows = inputs.index_rows.reshape(-1).astype(np.int64)
+    first_column = inputs.index_rows
+    if first_column is None and FAMILIES[case.family].index_kind == "materialised":
+        first_column = indices[:, :1]
+    if first_column is not None:
+        rows = first_column.reshape(-1).astype(np.int64)
         rows = np.where(rows < 0, rows + size, rows)
         row_bytes = item * math.prod(data.shape[1:])
         span = item * math.prod(indices.shape[1:])
-        positions = _as_wide_as(rows * row_bytes, inputs.index_rows, data.nbytes)
+        positions = _as_wide_as(rows * row_bytes, first_column, data.nbytes)
         return Touches(data.nbytes, positions, span, write, stream, _splits(case, data, indices, span), written)
     coords = list(np.indices(indices.shape, sparse=True))
     coords[axis] = np.where(indices < 0, indices + size, indices)

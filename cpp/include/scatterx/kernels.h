@@ -864,6 +864,138 @@ bool stage_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count, 
     return true;
 }
 
+// Rows of a contiguous index that scatter_by_target_rows checks at a time: each thread checks
+// its share of a chunk before any thread applies the chunk's rows.
+inline constexpr int64_t kVerifyRows = 256;
+inline constexpr int64_t kVerifyAhead = 4;  // rows asked for ahead of the check
+
+// Whether each of rows [0, n) of `width` contiguous indices, `istr` bytes apart from ip, holds
+// one value (a row of the expanded index of message passing).
+template <class I> inline bool constant_rows(const char* ip, int64_t n, int64_t istr, int64_t width) {
+    using U = std::make_unsigned_t<I>;
+    U differ = 0;  // the bits in which some index differs from its row's first
+    for (int64_t j = 0; j < n; ++j) {
+        if (j + kVerifyAhead < n) prefetch_lines(ip + (j + kVerifyAhead) * istr, width * int64_t(sizeof(I)));
+        const U* row = reinterpret_cast<const U*>(ip + j * istr);
+        const U first = row[0];
+        for (int64_t k = 1; k < width; ++k) differ |= row[k] ^ first;
+    }
+    return differ == 0;
+}
+
+// A 2-D scatter along axis 0 whose rows of updates each go to one target row: an index row of
+// stride 0 (the expanded index of message passing, passed as a broadcast view), or a contiguous
+// index whose rows turn out to hold one value each (that index materialised, as an ONNX Expand
+// produces it). Every element of a target row is updated by the same rows of updates, so the
+// threads split the target rows instead of the columns: each reads the first index of every
+// row and applies, whole and in order, the rows that land in its own range. Split by columns,
+// both threads missed on every random row (standalone, 400000 rows of 64 float32 into 50000:
+// 29-32 ms -> 21-24 ms with the broadcast view).
+// A contiguous index is checked a chunk of kVerifyRows rows at a time, each thread its share,
+// a chunk ahead of the rows it applies; a thread applies a chunk once every thread has checked
+// its share of it. A chunk with a row of several values is applied element by element instead,
+// each thread the elements whose target row it owns, so every target element still gets its
+// updates in the order of the rows, on one thread: results do not depend on the thread count.
+// Before (stop 29), a materialised index went the columns' way, each thread checking its half
+// of every row: one process alternating, rounds of medians of five calls, 400000 x 64 int64
+// into 50000 x 64 float32, add: 59.4 -> 37.0 ms (faster in 6 of 6 rounds), 75.5 -> 40.2 (8 of
+// 8). Checking rows by a scalar loop that stopped at the first difference took about 40 % of
+// the samples of a profile; the check by XOR (constant_rows) vectorises (standalone, 205 MB of
+// such rows on two threads: 24 -> 18 ms, 14-17 with the rows asked for ahead).
+template <class T, class I, Reduction R>
+bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, char* out, const char* indices,
+                            const char* updates, const char* src) {
+    constexpr int64_t N = sizeof(T);
+    const int64_t width = fs.nfib, istr = fs.astr[1], ustr = fs.astr[2], size = g.axis_size, na = fs.na;
+    const bool verify = fs.f.stride[1][0] != 0;
+    const int64_t chunks = verify ? (na + kVerifyRows - 1) / kVerifyRows : 1;
+    // mixed[c * parts + w]: thread w found a row of several values in its share of chunk c.
+    std::unique_ptr<std::atomic<bool>[]> mixed(verify ? new (std::nothrow) std::atomic<bool>[size_t(chunks * parts)]
+                                                      : nullptr);
+    std::unique_ptr<std::atomic<int64_t>[]> checked(new (std::nothrow) std::atomic<int64_t>[size_t(parts)]);
+    if ((verify && !mixed) || !checked) throw std::bad_alloc();
+    for (int w = 0; w < parts; ++w) checked[w].store(0, std::memory_order_relaxed);
+    std::atomic<bool> bad{false};
+    ThreadPool::instance().run(parts, [&](int w, int nw) {
+        auto [lo, hi] = split_range(size, w, nw);
+        bool local_bad = false;
+        if (src)
+            for (int64_t a = lo; a < hi; ++a)
+                copy_run(out + a * g.axis_stride, N, src + a * g.src_axis_stride, fs.f.stride[3][0], width, N);
+        // This thread's share of chunk c: rows [first, last).
+        auto share = [&](int64_t c) {
+            const int64_t j0 = c * kVerifyRows;
+            const auto [r0, r1] = split_range(std::min(kVerifyRows, na - j0), w, nw);
+            return std::pair<int64_t, int64_t>{j0 + r0, j0 + r1};
+        };
+        // Checks this thread's share of chunk c and publishes it.
+        auto check = [&](int64_t c) {
+            const auto [first, last] = share(c);
+            const bool several = !constant_rows<I>(indices + first * istr, last - first, istr, width);
+            mixed[c * parts + w].store(several, std::memory_order_relaxed);
+            checked[w].store(c + 1, std::memory_order_release);
+        };
+        // Waits until every thread has checked its share of chunk c.
+        auto await = [&](int64_t c) {
+            int spins = 0;
+            for (int x = 0; x < nw; ++x)
+                while (checked[x].load(std::memory_order_acquire) <= c) {
+                    if (++spins % 1024 == 0) std::this_thread::yield();
+                    else cpu_relax();
+                }
+        };
+        if (verify) check(0);
+        for (int64_t c = 0; c < chunks; ++c) {
+            const int64_t j0 = verify ? c * kVerifyRows : 0, j1 = verify ? std::min(na, j0 + kVerifyRows) : na;
+            bool several = false;
+            if (verify) {
+                if (c + 1 < chunks) check(c + 1);
+                await(c);
+                for (int x = 0; x < nw; ++x) several |= mixed[c * parts + x].load(std::memory_order_relaxed);
+            }
+            if (several) {
+                for (int64_t j = j0; j < j1; ++j) {
+                    const I* iv = reinterpret_cast<const I*>(indices + j * istr);
+                    const T* up = reinterpret_cast<const T*>(updates + j * ustr);
+                    for (int64_t k = 0; k < width; ++k) {
+                        const I raw = iv[k];
+                        if (!in_bounds(raw, size)) {
+                            local_bad = true;
+                            continue;
+                        }
+                        const int64_t v = normalise(raw, size);
+                        if (v >= lo && v < hi) Reducer<R>::apply(reinterpret_cast<T*>(out + v * g.axis_stride)[k], up[k]);
+                    }
+                }
+                continue;
+            }
+            for (int64_t j = j0; j < j1; ++j) {
+                if (j + kOwnRowsAhead < na) {
+                    const I ahead = *reinterpret_cast<const I*>(indices + (j + kOwnRowsAhead) * istr);
+                    if (in_bounds(ahead, size)) {
+                        const int64_t a = normalise(ahead, size);
+                        if (a >= lo && a < hi) {
+                            prefetch_lines(out + a * g.axis_stride, width * N);
+                            prefetch_lines(updates + (j + kOwnRowsAhead) * ustr, width * N);
+                        }
+                    }
+                }
+                const I raw = *reinterpret_cast<const I*>(indices + j * istr);
+                if (!in_bounds(raw, size)) {
+                    local_bad = true;
+                    continue;
+                }
+                const int64_t v = normalise(raw, size);
+                if (v < lo || v >= hi) continue;
+                apply_row<T, R>(reinterpret_cast<T*>(out + v * g.axis_stride), reinterpret_cast<const T*>(updates + j * ustr),
+                                width);
+            }
+        }
+        if (local_bad) bad.store(true, std::memory_order_relaxed);
+    });
+    return !bad.load();
+}
+
 // Returns false when an out-of-bounds index was met (it was skipped; the caller reports it).
 // With `src` (array 3 of the geometry, which must cover all fibers), each block of fibers first
 // copies its fibers of src into out, so the copy of data is fused with the scatter: the rows are
@@ -902,46 +1034,11 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
         return !bad.load();
     }
     constexpr int64_t N = sizeof(T);
-    if (axis_outer && g.s.ndim == 2 && fparts > 1 && fs.f.stride[1][0] == 0 && fs.f.stride[0][0] == N &&
-        fs.f.stride[2][0] == N) {
-        // A stride-0 index row (one target for each whole row of updates: the expanded index of
-        // message passing, passed as a broadcast view): every element of a target row is
-        // updated by the same rows of updates, so the threads split the target rows instead of
-        // the columns. Each reads every index but applies only the rows that land in its own
-        // range, whole, in order. Split by columns, both threads missed on every random row
-        // (standalone, 400000 rows of 64 float32 into 50000: 29-32 ms -> 21-24 ms).
-        ThreadPool::instance().run(fparts, [&](int w, int nw) {
-            auto [lo, hi] = split_range(g.axis_size, w, nw);
-            bool local_bad = false;
-            const int64_t width = fs.nfib, istr = fs.astr[1], ustr = fs.astr[2];
-            if (src)
-                for (int64_t a = lo; a < hi; ++a)
-                    copy_run(out + a * g.axis_stride, N, src + a * g.src_axis_stride, fs.f.stride[3][0], width, N);
-            for (int64_t j = 0; j < fs.na; ++j) {
-                if (j + kOwnRowsAhead < fs.na) {
-                    const I ahead = *reinterpret_cast<const I*>(indices + (j + kOwnRowsAhead) * istr);
-                    if (in_bounds(ahead, g.axis_size)) {
-                        const int64_t a = normalise(ahead, g.axis_size);
-                        if (a >= lo && a < hi) {
-                            prefetch_lines(out + a * g.axis_stride, width * N);
-                            prefetch_lines(updates + (j + kOwnRowsAhead) * ustr, width * N);
-                        }
-                    }
-                }
-                const I raw = *reinterpret_cast<const I*>(indices + j * istr);
-                if (!in_bounds(raw, g.axis_size)) {
-                    local_bad = true;
-                    continue;
-                }
-                const int64_t v = normalise(raw, g.axis_size);
-                if (v < lo || v >= hi) continue;
-                apply_row<T, R>(reinterpret_cast<T*>(out + v * g.axis_stride),
-                                reinterpret_cast<const T*>(updates + j * ustr), width);
-            }
-            if (local_bad) bad.store(true, std::memory_order_relaxed);
-        });
-        return !bad.load();
-    }
+    if (axis_outer && g.s.ndim == 2 && fparts > 1 && fs.f.stride[0][0] == N && fs.f.stride[2][0] == N &&
+        (fs.f.stride[1][0] == 0 ||
+         (fs.f.stride[1][0] == int64_t(sizeof(I)) &&
+          constant_rows<I>(indices, std::min(fs.na, kVerifyRows), fs.astr[1], fs.nfib))))
+        return scatter_by_target_rows<T, I, R>(g, fs, fparts, out, indices, updates, src);
     // A large call whose blocks of target rows fit the stage works in a scratch (stage_rows).
     const int64_t footprint = 2 * fs.nfib * g.axis_size * N + volume(g.s.shape, g.s.ndim) * (N + int64_t(sizeof(I)));
     const bool stage = src && axis_outer && streams(footprint);
@@ -1111,11 +1208,23 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             // whose `count` elements are contiguous (else the row's bytes are not all data's).
             if (in[0] == N) warm_rows(p[0], size, dstr, count * N, (j1 - j0) * count);
             const int64_t ahead_rows = std::max<int64_t>(1, kGatherAhead / count);
+            bool was_constant = false;
             for (int64_t j = j0; j < j1; ++j) {
                 const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
                 char* op = p[2] + j * astr[2];
                 if (contiguous || broadcast) {
-                    const bool constant = broadcast || all_equal<I>(p[1] + j * astr[1], count, in[1]);
+                    bool constant = broadcast;
+                    if (!broadcast) {
+                        // A materialised expanded index: while its rows are constant, ask for the
+                        // index rows ahead (a random index leaves at its second element). Against
+                        // a check that stopped at the first difference (stop 29, one process
+                        // alternating, 400000 x 64 int64 rows from 50000 x 64 float32): 37.1 ->
+                        // 33.2 ms, faster in 8 of 8 rounds; gather_max0 26.8 / 27.8 ms, no change.
+                        if (was_constant && j + kVerifyAhead < j1)
+                            prefetch_lines(p[1] + (j + kVerifyAhead) * astr[1], count * int64_t(sizeof(I)));
+                        constant = iv[1] == iv[0] && constant_rows<I>(p[1] + j * astr[1], 1, astr[1], count);
+                        was_constant = constant;
+                    }
                     if (constant && in_bounds(iv[0], size)) {
                         if (far && j + kPrefetchRows < j1) {
                             const I ahead = *reinterpret_cast<const I*>(p[1] + (j + kPrefetchRows) * astr[1]);
