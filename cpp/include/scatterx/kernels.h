@@ -867,7 +867,11 @@ bool stage_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count, 
 // Rows of a contiguous index that scatter_by_target_rows checks at a time: each thread checks
 // its share of a chunk before any thread applies the chunk's rows.
 inline constexpr int64_t kVerifyRows = 256;
-inline constexpr int64_t kVerifyAhead = 4;  // rows asked for ahead of the check
+// Rows asked for ahead of the check. Against 2 / 8 / 16 (stop 29, one process alternating,
+// ten rounds of medians of five, mp_add_dense's arrays): 35.7 ms with 4 against 38.7 / 36.9 /
+// 38.4, the others faster in 2, 2 and 1 of 10 rounds.
+inline constexpr int64_t kVerifyAhead = 4;
+inline constexpr int64_t kTargetSlots = 4;  // chunks' target rows kept at once
 
 // Whether each of rows [0, n) of `width` contiguous indices, `istr` bytes apart from ip, holds
 // one value (a row of the expanded index of message passing).
@@ -899,9 +903,11 @@ template <class I> inline bool constant_rows(const char* ip, int64_t n, int64_t 
 // Before (stop 29), a materialised index went the columns' way, each thread checking its half
 // of every row: one process alternating, rounds of medians of five calls, 400000 x 64 int64
 // into 50000 x 64 float32, add: 59.4 -> 37.0 ms (faster in 6 of 6 rounds), 75.5 -> 40.2 (8 of
-// 8). Checking rows by a scalar loop that stopped at the first difference took about 40 % of
-// the samples of a profile; the check by XOR (constant_rows) vectorises (standalone, 205 MB of
-// such rows on two threads: 24 -> 18 ms, 14-17 with the rows asked for ahead).
+// 8). The target rows of a checked chunk passed on in `targets` rather than read again from the
+// index by every thread: 31.0 -> 29.8 ms, faster in 10 of 10 rounds. Checking rows by a scalar
+// loop that stopped at the first difference took about 40 % of the samples of a profile; the
+// check by XOR (constant_rows) vectorises (standalone, 205 MB of such rows on two threads:
+// 24 -> 18 ms, 14-17 with the rows asked for ahead).
 template <class T, class I, Reduction R>
 bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, char* out, const char* indices,
                             const char* updates, const char* src) {
@@ -913,7 +919,13 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
     std::unique_ptr<std::atomic<bool>[]> mixed(verify ? new (std::nothrow) std::atomic<bool>[size_t(chunks * parts)]
                                                       : nullptr);
     std::unique_ptr<std::atomic<int64_t>[]> checked(new (std::nothrow) std::atomic<int64_t>[size_t(parts)]);
-    if ((verify && !mixed) || !checked) throw std::bad_alloc();
+    // The target row of each row of chunk c (-1: out of bounds) at targets[(c % kTargetSlots) *
+    // kVerifyRows + row - first row], written by the thread that checks the row: the others read
+    // 8 bytes a row from there instead of the index's line. A thread writes the slot of chunk c + 1
+    // while no thread is behind chunk c - 2 (it has waited for every check of chunk c - 1), so
+    // four slots never meet.
+    std::unique_ptr<int64_t[]> targets(verify ? new (std::nothrow) int64_t[size_t(kTargetSlots * kVerifyRows)] : nullptr);
+    if ((verify && (!mixed || !targets)) || !checked) throw std::bad_alloc();
     for (int w = 0; w < parts; ++w) checked[w].store(0, std::memory_order_relaxed);
     std::atomic<bool> bad{false};
     ThreadPool::instance().run(parts, [&](int w, int nw) {
@@ -932,6 +944,11 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
         auto check = [&](int64_t c) {
             const auto [first, last] = share(c);
             const bool several = !constant_rows<I>(indices + first * istr, last - first, istr, width);
+            int64_t* const slot = targets.get() + (c % kTargetSlots) * kVerifyRows;
+            for (int64_t j = first; j < last; ++j) {
+                const I raw = *reinterpret_cast<const I*>(indices + j * istr);
+                slot[j - c * kVerifyRows] = in_bounds(raw, size) ? normalise(raw, size) : -1;
+            }
             mixed[c * parts + w].store(several, std::memory_order_relaxed);
             checked[w].store(c + 1, std::memory_order_release);
         };
@@ -969,23 +986,26 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
                 }
                 continue;
             }
+            // A row's target row (-1: out of bounds): from the checked chunk's slot, or the index.
+            const int64_t* const slot = verify ? targets.get() + (c % kTargetSlots) * kVerifyRows : nullptr;
+            auto target = [&](int64_t j) -> int64_t {
+                if (slot && j < j1) return slot[j - j0];
+                const I raw = *reinterpret_cast<const I*>(indices + j * istr);
+                return in_bounds(raw, size) ? normalise(raw, size) : -1;
+            };
             for (int64_t j = j0; j < j1; ++j) {
                 if (j + kOwnRowsAhead < na) {
-                    const I ahead = *reinterpret_cast<const I*>(indices + (j + kOwnRowsAhead) * istr);
-                    if (in_bounds(ahead, size)) {
-                        const int64_t a = normalise(ahead, size);
-                        if (a >= lo && a < hi) {
-                            prefetch_lines(out + a * g.axis_stride, width * N);
-                            prefetch_lines(updates + (j + kOwnRowsAhead) * ustr, width * N);
-                        }
+                    const int64_t a = target(j + kOwnRowsAhead);
+                    if (a >= lo && a < hi) {
+                        prefetch_lines(out + a * g.axis_stride, width * N);
+                        prefetch_lines(updates + (j + kOwnRowsAhead) * ustr, width * N);
                     }
                 }
-                const I raw = *reinterpret_cast<const I*>(indices + j * istr);
-                if (!in_bounds(raw, size)) {
+                const int64_t v = target(j);
+                if (v < 0) {
                     local_bad = true;
                     continue;
                 }
-                const int64_t v = normalise(raw, size);
                 if (v < lo || v >= hi) continue;
                 apply_row<T, R>(reinterpret_cast<T*>(out + v * g.axis_stride), reinterpret_cast<const T*>(updates + j * ustr),
                                 width);
