@@ -310,6 +310,17 @@ def test_order_visible_values_in_wide_rows(dtype, reduction):
         sx.set_num_threads(previous)
 
 
+def _scatter_both_ways(data, indices, updates, reduction, want):
+    """Scatters along axis 0 into a new output and with out=data; both must be `want` bit for
+    bit. Returns the new output."""
+    got = sx.scatter_elements(data, indices, updates, axis=0, reduction=reduction)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    out = data.copy()
+    sx.scatter_elements(out, indices, updates, axis=0, reduction=reduction, out=out)
+    np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
+    return got
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.int32])
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
 def test_broadcast_index_rows_split_by_destination(dtype, reduction):
@@ -333,12 +344,7 @@ def test_broadcast_index_rows_split_by_destination(dtype, reduction):
             results = []
             for threads in (1, 2, 3):
                 sx.set_num_threads(threads)
-                got = sx.scatter_elements(data, indices, updates, axis=0, reduction=reduction)
-                np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
-                out = data.copy()
-                sx.scatter_elements(out, indices, updates, axis=0, reduction=reduction, out=out)
-                np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
-                results.append(got)
+                results.append(_scatter_both_ways(data, indices, updates, reduction, want))
             bad = rows.copy()
             bad[15000] = 3000
             with pytest.raises(IndexError, match=r"index 3000 at indices\[15000, 0\]"):
@@ -617,11 +623,7 @@ def test_materialised_index_rows_checked_by_chunks(restore_threads, dtype, reduc
         ix = indices.astype(index_dtype)
         for threads in (1, 2, 3):
             sx.set_num_threads(threads)
-            got = sx.scatter_elements(data, ix, updates, axis=0, reduction=reduction)
-            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
-            out = data.copy()
-            sx.scatter_elements(out, ix, updates, axis=0, reduction=reduction, out=out)
-            np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
+            _scatter_both_ways(data, ix, updates, reduction, want)
             np.testing.assert_array_equal(sx.gather_elements(data, ix, axis=0), np.take_along_axis(data, ix, 0))
     if mixed_row is not None:
         bad = indices.copy()
