@@ -22,9 +22,9 @@ class Family:
     inner dimension: the index of message passing, handed to the implementations that can take
     it as a stride-0 view of its first column, as PyTorch Geometric passes it), "materialised"
     (the same index, every implementation reading all of it, as an ONNX Expand produces it),
-    "unique" (distinct targets within each
-    fiber), "random" (uniform, duplicates allowed) or "literal" (the 3x3 call). `values` is
-    "normal" or "near_one" (updates close to 1, so that products stay finite).
+    "unique" (distinct targets within each fiber), "random" (uniform, duplicates allowed) or
+    "literal" (the 3x3 call). `values` is "normal" or "near_one" (updates close to 1, so that
+    products stay finite).
     """
 
     key: str
