@@ -11,6 +11,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import oracle
 import scatterx as sx
@@ -634,3 +636,104 @@ def test_materialised_index_rows_checked_by_chunks(restore_threads, dtype, reduc
         with pytest.raises(IndexError):
             sx.scatter_elements(kept, bad, updates, axis=0, reduction=reduction, out=kept)
         np.testing.assert_array_equal(kept.view(np.uint8), data.view(np.uint8))
+
+
+ROW_DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int32, np.int8, np.bool_, np.complex64]
+
+
+def _row_case(rng, np_rng):
+    """A call whose index rows (mostly) hold one value each, along axis 0 of a 2-D or 3-D data:
+    as a stride-0 view, materialised, materialised with a few rows of several values, or with
+    one index out of bounds; index widths that cover data's rows or only a part of them."""
+    dtype = np.dtype(rng.choice(ROW_DTYPES))
+    index_dtype = np.dtype(rng.choice([np.int64, np.int32, np.int16, np.uint8]))
+    R = rng.choice([1, 2, 7, 100, 250, 1000])
+    if index_dtype == np.uint8:
+        R = min(R, 250)
+    # Mostly wide and long enough for the threads (the split by target rows, its chunks of 256).
+    W = rng.choice([1, 3, 17, 64, 64, 64])
+    M = rng.choice([1, 255, 257, 700, 1500, 1500])
+    Wi = W if rng.random() < 0.7 else rng.randint(1, W)
+    tail = (rng.choice([1, 2, 3]),) if rng.random() < 0.2 else ()
+    shape, ishape = (R, W) + tail, (M, Wi) + tail
+    rows = np_rng.integers(0, R, M)
+    if index_dtype.kind == "i" and rng.random() < 0.3:
+        rows = np.where(np_rng.random(M) < 0.5, rows - R, rows)  # the same rows, counted from the end
+    column = rows.reshape((M,) + (1,) * (len(ishape) - 1)).astype(index_dtype)
+    kind = rng.choice(["view", "dense", "mixed", "mixed", "bad"])
+    indices = np.broadcast_to(column, ishape)
+    if kind != "view":
+        indices = indices.copy()
+        for _ in range(rng.choice([1, 2, 5])):
+            row = indices[rng.randrange(M)].reshape(-1)
+            if kind == "bad":
+                row[rng.randrange(row.size)] = R + rng.randint(0, 2)
+                break
+            if kind == "mixed":
+                row[rng.randrange(row.size)] = rng.randrange(R)
+    reduction = rng.choice(["none", "add", "mul", "max", "min"])
+    if dtype.kind == "c" and reduction in ("max", "min"):
+        reduction = "add"
+
+    def values(shape):
+        if dtype == np.bool_:
+            return np_rng.random(shape) < 0.5
+        if dtype.kind == "i":
+            return np_rng.integers(-5, 6, shape).astype(dtype)
+        v = np_rng.standard_normal(shape) + (1j * np_rng.standard_normal(shape) if dtype.kind == "c" else 0)
+        return (1 + v / 50 if reduction == "mul" else v * 3).astype(dtype)
+
+    return values(shape), indices, values(ishape), reduction, kind
+
+
+def _positions(data, indices):
+    """The positions of data that an axis-0 index names, as a tuple of coordinate arrays."""
+    coords = list(np.indices(indices.shape))
+    coords[0] = np.where(indices < 0, indices.astype(np.int64) + data.shape[0], indices)
+    return tuple(coords)
+
+
+def _sequential_rows(data, indices, updates, reduction):
+    """The scatter along axis 0 one update at a time in row-major order (NumPy, not scatterx)."""
+    out = data.copy()
+    coords = _positions(data, indices)
+    if reduction == "none":
+        for j in range(indices.shape[0]):
+            out[tuple(c[j] for c in coords)] = updates[j]
+    else:
+        with np.errstate(invalid="ignore", over="ignore"):
+            UFUNCS[reduction].at(out, coords, updates)
+    return out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.randoms(use_true_random=False), st.sampled_from([1, 2, 3]), st.booleans(), st.booleans())
+def test_rows_of_one_target_drawn(rng, threads, streaming, in_place):
+    """Drawn calls of the paths for rows of one target (the split by target rows with its chunked
+    check, the row-at-a-time combine, the gather's row copies), against NumPy bit for bit:
+    dtypes from bool to complex, int64 to uint8 indices, negative indices, partial index rows,
+    3-D arrays, 1-3 threads, streaming stores or not, out=data; an index out of bounds raises
+    IndexError and leaves data as it was."""
+    from scatterx import _core
+
+    data, indices, updates, reduction, kind = _row_case(rng, np.random.default_rng(rng.getrandbits(32)))
+    before_threads = sx.get_num_threads()
+    before_stream = _core.set_stream_bytes(0 if streaming else _core.get_stream_bytes())
+    try:
+        sx.set_num_threads(threads)
+        kept = data.copy()
+        out = data if in_place else None
+        if kind == "bad":
+            with pytest.raises(IndexError):
+                sx.scatter_elements(data, indices, updates, axis=0, reduction=reduction, out=out)
+            with pytest.raises(IndexError):
+                sx.gather_elements(data, indices, axis=0)
+            np.testing.assert_array_equal(data.view(np.uint8), kept.view(np.uint8))
+            return
+        want = _sequential_rows(kept, indices, updates, reduction)
+        got = sx.scatter_elements(data, indices, updates, axis=0, reduction=reduction, out=out)
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+        np.testing.assert_array_equal(sx.gather_elements(kept, indices, axis=0), kept[_positions(kept, indices)])
+    finally:
+        sx.set_num_threads(before_threads)
+        _core.set_stream_bytes(before_stream)

@@ -346,10 +346,25 @@ inline void each_index_ahead(const I* iv, const I* ahead, int64_t n, int64_t siz
         on_index(j, int64_t(iv[j]), size, bad, f);
     }
 }
-// Whether `n` indices at byte stride `st` all equal the first.
+// The bits in which some of `width` contiguous indices at ip differs from the first: a loop
+// without an exit, which the compiler vectorises (XOR with the first, OR of the results).
+template <class I> inline std::make_unsigned_t<I> row_differ(const char* ip, int64_t width) {
+    using U = std::make_unsigned_t<I>;
+    const U* row = reinterpret_cast<const U*>(ip);
+    const U first = row[0];
+    U differ = 0;
+    for (int64_t k = 1; k < width; ++k) differ |= row[k] ^ first;
+    return differ;
+}
+// Whether `n` indices at byte stride `st` all equal the first (a row of the expanded index of
+// message passing). A random row fails at its second element; the rest of a contiguous row is
+// compared by row_differ, of a strided one element by element.
 template <class I> inline bool all_equal(const char* ip, int64_t n, int64_t st) {
+    if (n < 2) return true;
     const I first = *reinterpret_cast<const I*>(ip);
-    for (int64_t k = 1; k < n; ++k)
+    if (*reinterpret_cast<const I*>(ip + st) != first) return false;
+    if (st == int64_t(sizeof(I))) return row_differ<I>(ip, n) == 0;
+    for (int64_t k = 2; k < n; ++k)
         if (*reinterpret_cast<const I*>(ip + k * st) != first) return false;
     return true;
 }
@@ -874,15 +889,13 @@ inline constexpr int64_t kVerifyAhead = 4;
 inline constexpr int64_t kTargetSlots = 4;  // chunks' target rows kept at once
 
 // Whether each of rows [0, n) of `width` contiguous indices, `istr` bytes apart from ip, holds
-// one value (a row of the expanded index of message passing).
+// one value (a row of the expanded index of message passing). Every row is read, with no exit
+// at a row of several values, so that the rows can be asked for ahead.
 template <class I> inline bool constant_rows(const char* ip, int64_t n, int64_t istr, int64_t width) {
-    using U = std::make_unsigned_t<I>;
-    U differ = 0;  // the bits in which some index differs from its row's first
+    std::make_unsigned_t<I> differ = 0;
     for (int64_t j = 0; j < n; ++j) {
         if (j + kVerifyAhead < n) prefetch_lines(ip + (j + kVerifyAhead) * istr, width * int64_t(sizeof(I)));
-        const U* row = reinterpret_cast<const U*>(ip + j * istr);
-        const U first = row[0];
-        for (int64_t k = 1; k < width; ++k) differ |= row[k] ^ first;
+        differ |= row_differ<I>(ip + j * istr, width);
     }
     return differ == 0;
 }
@@ -1054,9 +1067,12 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
         return !bad.load();
     }
     constexpr int64_t N = sizeof(T);
+    // Rows of one target each: a stride-0 index row, or a contiguous index whose first chunk of
+    // rows holds one value a row (a random index fails at its first row's second element).
     if (axis_outer && g.s.ndim == 2 && fparts > 1 && fs.f.stride[0][0] == N && fs.f.stride[2][0] == N &&
         (fs.f.stride[1][0] == 0 ||
          (fs.f.stride[1][0] == int64_t(sizeof(I)) &&
+          all_equal<I>(indices, fs.nfib, int64_t(sizeof(I))) &&
           constant_rows<I>(indices, std::min(fs.na, kVerifyRows), fs.astr[1], fs.nfib))))
         return scatter_by_target_rows<T, I, R>(g, fs, fparts, out, indices, updates, src);
     // A large call whose blocks of target rows fit the stage works in a scratch (stage_rows).
@@ -1242,7 +1258,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                         // 33.2 ms, faster in 8 of 8 rounds; gather_max0 26.8 / 27.8 ms, no change.
                         if (was_constant && j + kVerifyAhead < j1)
                             prefetch_lines(p[1] + (j + kVerifyAhead) * astr[1], count * int64_t(sizeof(I)));
-                        constant = iv[1] == iv[0] && constant_rows<I>(p[1] + j * astr[1], 1, astr[1], count);
+                        constant = all_equal<I>(p[1] + j * astr[1], count, in[1]);
                         was_constant = constant;
                     }
                     if (constant && in_bounds(iv[0], size)) {
