@@ -459,7 +459,10 @@ def test_the_streaming_target_counts_only_reachable_cases():
     assert not far.bound_reachable
     goals = {g: (met, fig) for g, met, fig in _bench.targets([near, far, plain, beaten], [], [])}
     met, figures = goals["large cases within 1.5x of the streaming bound (where reachable)"]
-    assert not met and "1 of 3 reachable within" in figures and "beyond: near 2.00x, beaten 3.00x" in figures
+    assert not met and "1 of 3 reachable within" in figures and "beyond: near 2.00x;" in figures
+    # A case whose probe took longer than scatterx is listed apart: the probe shows no floor.
+    assert near.probe_beaten() is None and far.probe_beaten() is None and beaten.probe_beaten() == 4.0
+    assert "beyond, with a probe slower than scatterx that shows no floor: beaten 3.00x (probe 4.00x)" in figures
     assert "far (floor 20.0x bound; ours 1.50x floor)" in figures
     goals = {g: (met, fig) for g, met, fig in _bench.targets([far, plain], [], [])}
     assert goals["large cases within 1.5x of the streaming bound (where reachable)"][0]
@@ -609,3 +612,5 @@ def test_an_ordered_loop_beyond_the_bound_puts_a_case_out_of_reach():
     met, figures = goals["large cases within 1.5x of the streaming bound (where reachable)"]
     assert not met and "0 of 2 reachable within" in figures
     assert "held (ordered loop 2.00x bound; ours 1.20x loop)" in figures
+    assert beaten.probe_beaten() == 3.0 and short.probe_beaten() is None  # the slower of floor and loop
+    assert "beyond: short 1.80x;" in figures and "no floor: beaten 1.80x (probe 3.00x)" in figures
