@@ -614,3 +614,8 @@ def test_an_ordered_loop_beyond_the_bound_puts_a_case_out_of_reach():
     assert "held (ordered loop 2.00x bound; ours 1.20x loop)" in figures
     assert beaten.probe_beaten() == 3.0 and short.probe_beaten() is None  # the slower of floor and loop
     assert "beyond: short 1.80x;" in figures and "no floor: beaten 1.80x (probe 3.00x)" in figures
+    # A loop within 1.5x the bound shows the line reachable, though the floor was beaten.
+    looped = result("looped", 2.0, 4.0, 1.4)
+    assert looped.bound_reachable and looped.probe_beaten() is None
+    figures = {g: fig for g, _, fig in _bench.targets([looped], [], [])}
+    assert "beyond: looped 2.00x" in figures["large cases within 1.5x of the streaming bound (where reachable)"]

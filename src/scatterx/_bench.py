@@ -128,11 +128,14 @@ class CaseResult:
 
     def probe_beaten(self) -> float | None:
         """The slowest of the measured floor and ordered loop that took longer than 1.5x the
-        bound but longer than scatterx too (so it shows no floor for this case); None if none.
-        A case beyond the line with such a probe is counted as reachable, but its probe says
+        bound but longer than scatterx too (so it shows no floor for this case); None if none,
+        or if one of them took no longer than 1.5x the bound (it shows the line reachable).
+        A case beyond the line with such a probe is counted as reachable, but its probes say
         neither that the bound is reachable nor that it is not."""
-        beaten = [ms for ms in (self.floor_ms, self.loop_ms)
-                  if self.ours and self._beyond_line(ms) and self.ours < ms]
+        measured = [ms for ms in (self.floor_ms, self.loop_ms) if ms is not None]
+        if not self.ours or not all(self._beyond_line(ms) for ms in measured):
+            return None
+        beaten = [ms for ms in measured if self.ours < ms]
         return max(beaten) if beaten else None
 
     def _beyond_line(self, ms: float | None) -> bool:
