@@ -664,13 +664,13 @@ def _row_case(rng, np_rng):
     indices = np.broadcast_to(column, ishape)
     if kind != "view":
         indices = indices.copy()
+    if kind == "bad":
+        row = indices[rng.randrange(M)].reshape(-1)
+        row[rng.randrange(row.size)] = R + rng.randint(0, 2)
+    elif kind == "mixed":
         for _ in range(rng.choice([1, 2, 5])):
             row = indices[rng.randrange(M)].reshape(-1)
-            if kind == "bad":
-                row[rng.randrange(row.size)] = R + rng.randint(0, 2)
-                break
-            if kind == "mixed":
-                row[rng.randrange(row.size)] = rng.randrange(R)
+            row[rng.randrange(row.size)] = rng.randrange(R)
     reduction = rng.choice(["none", "add", "mul", "max", "min"])
     if dtype.kind == "c" and reduction in ("max", "min"):
         reduction = "add"
