@@ -22,15 +22,24 @@ from scatterx._rules import scatter_call
 UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-def _expected(data, rows, updates, reduction):
+def _positions(data, indices):
+    """The positions of data that an axis-0 index names, as a tuple of coordinate arrays."""
+    coords = list(np.indices(indices.shape))
+    coords[0] = np.where(indices < 0, indices.astype(np.int64) + data.shape[0], indices)
+    return tuple(coords)
+
+
+def _sequential_axis0(data, indices, updates, reduction):
+    """The scatter along axis 0 one update at a time in row-major order of the indices (NumPy,
+    not scatterx): ``ufunc.at``, or row by row for "none" (a row's targets are distinct)."""
     out = data.copy()
-    index = (rows[:, None], np.arange(data.shape[1])[None, :])
+    coords = _positions(data, indices)
     if reduction == "none":
-        for r, u in zip(rows, updates):
-            out[r] = u
+        for j in range(indices.shape[0]):
+            out[tuple(c[j] for c in coords)] = updates[j]
     else:
         with np.errstate(invalid="ignore", over="ignore"):
-            UFUNCS[reduction].at(out, index, updates)
+            UFUNCS[reduction].at(out, coords, updates)
     return out
 
 
@@ -49,7 +58,7 @@ def test_rows_with_one_target(dtype, reduction, layout):
     if layout == "materialised":
         indices = np.ascontiguousarray(indices)
     got = sx.scatter_elements(data, indices, updates, axis=0, reduction=reduction)
-    want = _expected(data, np.where(rows < 0, rows + 50, rows), updates, reduction)
+    want = _sequential_axis0(data, indices, updates, reduction)
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
     np.testing.assert_array_equal(sx.gather_elements(data, indices, axis=0), data[rows])
 
@@ -71,7 +80,7 @@ def test_float16_row_add_special_values():
     rows = rng.integers(0, 4, 30)
     indices = np.ascontiguousarray(np.broadcast_to(rows[:, None], updates.shape))
     got = sx.scatter_elements(data, indices, updates, reduction="add")
-    want = _expected(data, rows, updates, "add")
+    want = _sequential_axis0(data, indices, updates, "add")
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     ok = ~np.isnan(want)
     np.testing.assert_array_equal(got[ok].view(np.uint16), want[ok].view(np.uint16))
@@ -341,8 +350,7 @@ def test_broadcast_index_rows_split_by_destination(dtype, reduction):
             if reduction == "mul":
                 updates = (1 + rng.standard_normal((20000, width)) / 50).astype(dtype)
             indices = np.broadcast_to(rows[:, None], updates.shape)
-            want = data.copy()
-            want[:, :width] = _expected(data[:, :width], np.where(rows < 0, rows + 3000, rows), updates, reduction)
+            want = _sequential_axis0(data, indices, updates, reduction)
             results = []
             for threads in (1, 2, 3):
                 sx.set_num_threads(threads)
@@ -482,7 +490,7 @@ def test_small_out_given_runs_through_a_new_array(index_dtype, reduction):
     data = rng.standard_normal((40, 3))
     indices = rng.integers(-40, 40, (4000, 3)).astype(index_dtype)
     updates = rng.standard_normal((4000, 3)) * 0.5 + 1
-    want = _expected_at(data, indices, updates, reduction)
+    want = _sequential_axis0(data, indices, updates, reduction)
     # The shapes are chosen for the path; a same-sized `out` and indices do not take it.
     assert _kernels._through_fresh_output(scatter_call(data, indices, updates, 0, reduction), data)
     assert not _kernels._through_fresh_output(scatter_call(data, indices[:40], updates[:40], 0, reduction), data)
@@ -500,19 +508,6 @@ def test_small_out_given_runs_through_a_new_array(index_dtype, reduction):
             sx.scatter_elements(kept, bad, updates, reduction=reduction, out=out)
     np.testing.assert_array_equal(kept, data)
     assert np.isnan(other).all()
-
-
-def _expected_at(data, indices, updates, reduction):
-    """Updates applied one at a time along axis 0, in row-major order of the indices."""
-    out = data.copy()
-    cols = np.broadcast_to(np.arange(data.shape[1]), indices.shape)
-    rows = np.where(indices < 0, indices + data.shape[0], indices)
-    if reduction == "none":
-        for r, c, u in zip(rows.ravel(), cols.ravel(), updates.ravel()):
-            out[r, c] = u
-    else:
-        UFUNCS[reduction].at(out, (rows, cols), updates)
-    return out
 
 
 def _last_level_cache_bytes() -> int:
@@ -585,19 +580,6 @@ def test_random_rows_of_a_large_target(threads, index_dtype, reduction):
         sx.set_num_threads(previous)
 
 
-def _expected_general(data, indices, updates, reduction):
-    """The sequential scatter along axis 0 for any index: ufunc.at, or row by row for "none"."""
-    out = data.copy()
-    cols = np.broadcast_to(np.arange(indices.shape[1]), indices.shape)
-    if reduction == "none":
-        for j in range(indices.shape[0]):
-            out[indices[j], cols[j]] = updates[j]
-    else:
-        with np.errstate(invalid="ignore", over="ignore"):
-            UFUNCS[reduction].at(out, (indices, cols), updates)
-    return out
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max"])
 @pytest.mark.parametrize("mixed_row", [None, 100, 9000, 19999])
@@ -620,7 +602,7 @@ def test_materialised_index_rows_checked_by_chunks(restore_threads, dtype, reduc
         # that later rows also update, so the order across rows shows.
         indices[mixed_row, ::3] = (indices[mixed_row, ::3] + 1500) % 3000
         indices[mixed_row, 1] = rows[mixed_row - 1]
-    want = _expected_general(data, indices, updates, reduction)
+    want = _sequential_axis0(data, indices, updates, reduction)
     for index_dtype in (np.int64, np.int32):
         ix = indices.astype(index_dtype)
         for threads in (1, 2, 3):
@@ -686,26 +668,6 @@ def _row_case(rng, np_rng):
     return values(shape), indices, values(ishape), reduction, kind
 
 
-def _positions(data, indices):
-    """The positions of data that an axis-0 index names, as a tuple of coordinate arrays."""
-    coords = list(np.indices(indices.shape))
-    coords[0] = np.where(indices < 0, indices.astype(np.int64) + data.shape[0], indices)
-    return tuple(coords)
-
-
-def _sequential_rows(data, indices, updates, reduction):
-    """The scatter along axis 0 one update at a time in row-major order (NumPy, not scatterx)."""
-    out = data.copy()
-    coords = _positions(data, indices)
-    if reduction == "none":
-        for j in range(indices.shape[0]):
-            out[tuple(c[j] for c in coords)] = updates[j]
-    else:
-        with np.errstate(invalid="ignore", over="ignore"):
-            UFUNCS[reduction].at(out, coords, updates)
-    return out
-
-
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.randoms(use_true_random=False), st.sampled_from([1, 2, 3]), st.booleans(), st.booleans())
 def test_rows_of_one_target_drawn(rng, threads, streaming, in_place):
@@ -730,7 +692,7 @@ def test_rows_of_one_target_drawn(rng, threads, streaming, in_place):
                 sx.gather_elements(data, indices, axis=0)
             np.testing.assert_array_equal(data.view(np.uint8), kept.view(np.uint8))
             return
-        want = _sequential_rows(kept, indices, updates, reduction)
+        want = _sequential_axis0(kept, indices, updates, reduction)
         got = sx.scatter_elements(data, indices, updates, axis=0, reduction=reduction, out=out)
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
         np.testing.assert_array_equal(sx.gather_elements(kept, indices, axis=0), kept[_positions(kept, indices)])

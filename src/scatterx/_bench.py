@@ -764,10 +764,10 @@ def targets(results: list[CaseResult], cases: list[Case], memory: list[dict]) ->
     bounded = [r for r in results if r.bound_ratio and not r.failed]
     if bounded:
         reachable = [r for r in bounded if r.bound_reachable]
-        far = [r for r in reachable if r.bound_ratio > 1.5]
-        missed = [f"{r.name} {_fmt(r.bound_ratio)}x" for r in far if not r.probe_beaten()]
-        unknown = [f"{r.name} {_fmt(r.bound_ratio)}x (probe {_fmt(r.probe_beaten() / r.bound_ms)}x)"
-                   for r in far if r.probe_beaten()]
+        far = [(r, r.probe_beaten()) for r in reachable if r.bound_ratio > 1.5]
+        missed = [f"{r.name} {_fmt(r.bound_ratio)}x" for r, probe in far if probe is None]
+        unknown = [f"{r.name} {_fmt(r.bound_ratio)}x (probe {_fmt(probe / r.bound_ms)}x)"
+                   for r, probe in far if probe is not None]
         beyond_reach = [
             f"{r.name} (ordered loop {_fmt(r.loop_ms / r.bound_ms)}x bound; ours {_fmt(r.loop_ratio)}x loop)"
             if r.held_by(r.loop_ms) else
