@@ -296,6 +296,16 @@ int64_t gather(nb::handle data_h, nb::handle indices_h, nb::handle out_h, int ax
     return run_gather(data, idx, out, axis, precheck);
 }
 
+// dst[...] = src[...] on the pool's threads (arrays of one shape and element size, which must
+// not overlap). NumPy copies on one thread.
+void copy_py(nb::handle src_h, nb::handle dst_h) {
+    View src = view(src_h, "src"), dst = view(dst_h, "dst", true);
+    if (!same_shape(src, dst) || src.itemsize != dst.itemsize)
+        throw std::invalid_argument("scatterx._core: shape or element size mismatch");
+    MaybeRelease release(worth_releasing(dst, dst));
+    copy_strided(dst.data, dst.strides, src.data, src.strides, src.shape, src.ndim, src.itemsize);
+}
+
 // The backward of reduction "none": grad_output is copied into grad_data (fused, fiber by fiber), whose
 // written positions then end at zero; grad_updates receives the gradient of each last writer
 // (zero for overwritten updates). Returns -1 or the first bad flat position.
@@ -697,6 +707,7 @@ NB_MODULE(_core, m) {
           nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"));
     m.def("mul_backward", &mul_backward_py, nb::arg("G"), nb::arg("D"), nb::arg("indices"), nb::arg("updates"),
           nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"), nb::arg("type_code"));
+    m.def("copy", &copy_py, nb::arg("src"), nb::arg("dst"));
     m.def("empty", &empty_output, nb::arg("shape"), nb::arg("dtype"));
     m.def("set_output_cache_limit", &output_cache::set_limit, nb::arg("nbytes"));
     m.def("output_cache_bytes", &output_cache::held_bytes);

@@ -83,6 +83,33 @@ def test_gather_is_identical_for_any_thread_count(restore_threads, data_shape, i
         assert_identical(sx.gather_elements(data, indices, axis), expected)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_parallel_copy_matches_numpy(restore_threads, kind):
+    # _kernels.copy (the backward of "add" copies the incoming gradient with it) splits the copy
+    # over the threads; every layout must come out element for element as NumPy's copy.
+    from scatterx import _kernels
+
+    rng = np.random.default_rng(3)
+    base = random_values(kind, (300, 2, 700), rng, nan=False)
+    for source in (base, base[:, 1, ::-3], np.swapaxes(base, 0, 2), base[::2, :, 5:]):
+        for n in THREAD_COUNTS:
+            sx.set_num_threads(n)
+            result = _kernels.copy(source)
+            assert result.flags.c_contiguous
+            assert_identical(result, np.ascontiguousarray(source))
+
+
+def test_parallel_copy_checks_shapes():
+    from scatterx import _core
+
+    with pytest.raises(ValueError, match="shape or element size"):
+        _core.copy(np.zeros((3, 4)), np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="shape or element size"):
+        _core.copy(np.zeros(5), np.zeros(5, np.float32))
+    with pytest.raises(ValueError, match="read-only"):
+        _core.copy(np.zeros(5), np.broadcast_to(np.zeros(1), (5,)))
+
+
 def test_large_bounds_check_with_threads(restore_threads):
     data = np.zeros((1000, 200))
     indices = np.zeros((1000, 200), np.int64)

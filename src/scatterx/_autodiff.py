@@ -181,7 +181,7 @@ def _backward_none(res: ScatterResiduals, g: np.ndarray, cdt):
 
 
 def _backward_add(res: ScatterResiduals, g: np.ndarray, cdt):
-    return g.copy(), _gather(g, res.indices, res.axis)
+    return _kernels.copy(g), _gather(g, res.indices, res.axis)
 
 
 def _backward_mul(res: ScatterResiduals, g: np.ndarray, cdt):

@@ -22,6 +22,13 @@ def new_array(shape: tuple, dtype) -> np.ndarray:
     return _core.empty(shape, dtype)
 
 
+def copy(arr: np.ndarray) -> np.ndarray:
+    """A new C-contiguous copy of `arr` (a native dtype), made on the kernels' threads."""
+    result = new_array(arr.shape, arr.dtype)
+    _core.copy(arr, result)
+    return result
+
+
 def _detach(arr: np.ndarray, out: np.ndarray) -> np.ndarray:
     """A copy of `arr` if it shares memory with `out` (reading it while writing out is unsafe)."""
     return arr.copy() if np.may_share_memory(arr, out) else arr
