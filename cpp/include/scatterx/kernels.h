@@ -1189,6 +1189,9 @@ template <int64_t N, class I, bool Stream>
 // ahead 46.2 / 42.2 / 42.9. Rows in the cache are not prefetched: gather_mid, whose slabs are
 // read in first (warm_rows), took 4.6 -> 6.7 ms with the prefetch.
 inline constexpr int64_t kGatherAhead = 64;
+// The rows ahead that hold about kGatherAhead elements, for a walk of rows of `per_row` random
+// targets (the gather's, and the backward of max/min's since stop 32).
+inline int64_t rows_ahead(int64_t per_row) { return std::max<int64_t>(1, kGatherAhead / per_row); }
 
 // Element size only matters for a gather: it moves bytes. Returns false when an out-of-bounds
 // index was met (its element was not read).
@@ -1253,7 +1256,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             // 4.5 / 3.2 / 3.5 ms in three rounds; gathers of other shapes unchanged). Only rows
             // whose `count` elements are contiguous (else the row's bytes are not all data's).
             if (in[0] == N) warm_rows(p[0], size, dstr, count * N, (j1 - j0) * count);
-            const int64_t ahead_rows = std::max<int64_t>(1, kGatherAhead / count);
+            const int64_t ahead_rows = rows_ahead(count);
             bool was_constant = false;
             for (int64_t j = j0; j < j1; ++j) {
                 const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
@@ -1755,12 +1758,12 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
             // This block's share of later rows, when it is only a part of each row (see
             // scatter_rows: the hardware prefetcher does not follow that).
             const bool part = astr[1] != count * int64_t(sizeof(I));
-            // The targets about kGatherAhead elements later, as the gather asks for them (in
-            // vjp_max 4 rows in the count, 2 in the shares). Until stop 32 kPrefetchRows (8)
-            // rows, 128 and 256 elements; alternating processes, seven rounds of medians of
-            // seven: vjp_max 48.4 -> 44.4 ms (median of the rounds; faster in 7 of 7), vjp_min
-            // 57.8 -> 53.9 (5 of 7).
-            const int64_t ahead_rows = std::max<int64_t>(1, kGatherAhead / count);
+            // The targets about kGatherAhead elements later, as the gather asks for them
+            // (rows_ahead; in vjp_max 4 rows in the count, 2 in the shares). Until stop 32
+            // kPrefetchRows (8) rows, 128 and 256 elements; alternating processes, seven rounds
+            // of medians of seven: vjp_max 48.4 -> 44.4 ms (median of the rounds; faster in 7
+            // of 7), vjp_min 57.8 -> 53.9 (5 of 7).
+            const int64_t ahead_rows = rows_ahead(count);
             for (int64_t j = j0; j < j1; ++j) {
                 if (part && j + kStreamRows < j1) {
                     prefetch_lines(p[1] + (j + kStreamRows) * astr[1], count * int64_t(sizeof(I)));
