@@ -938,7 +938,7 @@ template <class I> inline bool constant_rows(const char* ip, int64_t n, int64_t 
 // 24 -> 18 ms, 14-17 with the rows asked for ahead). Each thread lists its own rows of a block
 // without a branch and then applies the list (stop 33; before, a branch per row, taken for a
 // random half of them): alternating processes, five rounds of medians of seven, two threads,
-// mp_add 9.4 -> 7.0 ms (medians of the rounds), mp_add_i32 9.8 -> 6.0, mp_add_f16 8.7 -> 4.5,
+// mp_add 9.4 -> 7.0 ms (medians of the rounds), mp_add_i32 9.8 -> 6.1, mp_add_f16 8.7 -> 4.5,
 // mp_add_dense 16.0 -> 13.8, faster in 5 of 5 rounds each; 16 own rows asked for ahead against
 // 4 / 8 / 24 / 32 (one build, five rounds): 4 the slowest, 16 faster than 8 in most rounds.
 template <class T, class I, Reduction R>

@@ -241,7 +241,8 @@ template <class P> struct TouchRange {
 // a row that it owns (`lines`). The probe of such a case tries only those (stop 27: for the
 // message-passing rows, in a standalone copy, two threads applying contiguous halves of the
 // rows took 9-10 ms where the legal splits took 15-26: each thread then still reads nearly
-// every line of the update stream, since its own rows are interleaved with the other's).
+// every line of the update stream, since its own rows are interleaved with the other's; the
+// `targets` way then had a branch per position, see run_listed).
 enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3 };
 
 // Touches `span` bytes at each byte offset positions[k] of `table` (`nbytes` long), in order:
