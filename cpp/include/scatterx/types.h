@@ -168,22 +168,63 @@ inline bool cpu_has_f16c() {
     return has;
 }
 
-// dst[k] = bf16(float(dst[k]) + float(src[k])) eight at a time with AVX2: widening is a shift,
-// then one float32 add and the same round-to-nearest-even (NaN: sign | 0x7fc0) as float_to_bf16.
+// The bfloat16 bits of eight float32 sums c = a + b, in the low half of each 32-bit lane: round
+// to nearest even; with `nan`, a NaN as sign | 0x7fc0 (float_to_bf16's rules), its sign that of
+// the first NaN operand (a, else b, else c: the default NaN of inf - inf), as the x86 add of
+// the element-by-element path gives it, whatever order the compiler puts the vector add's
+// operands in (IEEE leaves the sign open; ml_dtypes' add gives the second operand's).
+__attribute__((target("avx2"))) inline __m256i round_to_bf16(__m256 c, __m256 a, __m256 b, bool nan) {
+    const __m256i x = _mm256_castps_si256(c), high = _mm256_srli_epi32(x, 16);
+    const __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(high, _mm256_set1_epi32(1)));
+    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, bias), 16);
+    if (nan) {
+        const __m256 first = _mm256_blendv_ps(_mm256_blendv_ps(c, b, _mm256_cmp_ps(b, b, _CMP_UNORD_Q)), a,
+                                              _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+        const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(first), 16), _mm256_set1_epi32(0x8000));
+        rounded = _mm256_blendv_epi8(rounded, _mm256_or_si256(sign, _mm256_set1_epi32(0x7fc0)),
+                                     _mm256_castps_si256(_mm256_cmp_ps(c, c, _CMP_UNORD_Q)));
+    }
+    return rounded;
+}
+
+// dst[k] = bf16(float(dst[k]) + float(src[k])) with AVX2: widening is placing the 16 bits in
+// the high half of a 32-bit lane, then one float32 add and the same rounding as float_to_bf16
+// (round_to_bf16). Sixteen at a time: the two halves of each 128-bit lane are widened by
+// unpacking with zeros, which takes elements 0-3 and 8-11, then 4-7 and 12-15, an order that
+// packing the two results back undoes; the NaN rule is applied only to sixteen that hold a
+// NaN. Then eight at a time. Stop 33, standalone, 200 000 rows of 64 in L1 (one thread): 2.5
+// ms eight at a time with the NaN rule always applied, 1.6-1.8 ms so; bitwise the same as
+// Arith<bfloat16>::add on 4 M random pairs of bit patterns, NaNs of either sign included
+// (a first version that let the vector add decide a NaN's sign was not, compiled alone: the
+// compiler had swapped the operands). In scatterx, mp_add_bf16 4.98 -> 4.61 ms, two threads,
+// and 6.54 -> 4.76 on one (medians of six alternating rounds, faster in 4 of 6 each).
 __attribute__((target("avx2"))) inline int64_t add_bf16_avx2(bfloat16* dst, const bfloat16* src, int64_t n) {
-    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
-    const __m256i sign = _mm256_set1_epi32(0x8000), quiet = _mm256_set1_epi32(0x7fc0);
+    const __m256i zero = _mm256_setzero_si256();
     int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst + k));
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + k));
+        const __m256 alo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, a));
+        const __m256 blo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, b));
+        const __m256 ahi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, a));
+        const __m256 bhi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, b));
+        const __m256 lo = _mm256_add_ps(alo, blo), hi = _mm256_add_ps(ahi, bhi);
+        const __m256 unordered = _mm256_or_ps(_mm256_cmp_ps(lo, lo, _CMP_UNORD_Q), _mm256_cmp_ps(hi, hi, _CMP_UNORD_Q));
+        __m256i packed;
+        if (__builtin_expect(_mm256_testz_ps(unordered, unordered), 1))
+            packed = _mm256_packus_epi32(round_to_bf16(lo, alo, blo, false), round_to_bf16(hi, ahi, bhi, false));
+        else
+            packed = _mm256_packus_epi32(round_to_bf16(lo, alo, blo, true), round_to_bf16(hi, ahi, bhi, true));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), packed);
+    }
     for (; k + 8 <= n; k += 8) {
-        __m256i a = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dst + k))), 16);
-        __m256i b = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k))), 16);
-        __m256 c = _mm256_add_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b));
-        __m256i x = _mm256_castps_si256(c), high = _mm256_srli_epi32(x, 16);
-        __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, _mm256_and_si256(high, one))), 16);
-        __m256i nan = _mm256_or_si256(_mm256_and_si256(high, sign), quiet);
-        rounded = _mm256_blendv_epi8(rounded, nan, _mm256_castps_si256(_mm256_cmp_ps(c, c, _CMP_UNORD_Q)));
+        const __m256 a = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dst + k))), 16));
+        const __m256 b = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k))), 16));
+        const __m256i rounded = round_to_bf16(_mm256_add_ps(a, b), a, b, true);
         // 32 -> 16 bits: packus works per 128-bit lane, so gather the two low quadwords.
-        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(rounded, rounded), 0x08);
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(rounded, rounded), 0x08);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + k), _mm256_castsi256_si128(packed));
     }
     return k;
