@@ -94,31 +94,35 @@ template <class P> struct TouchRange {
 
     // Every position on this thread, touching only its own part of the work, part `w` of
     // `parts` (see TouchSplit): with `by_lines`, lines [l0, l1) of every access and the same
-    // share of each position's stream; else the positions in its share of the table, whole, and
-    // their stream. Each line of the stream is read once by a thread that needs any of it.
+    // share of each position's stream (run_lines); else the positions in its share of the
+    // table, whole, and their stream (run_listed). Each line of the stream is read once by a
+    // thread that needs any of it.
     template <bool Write>
     uint64_t run_part(int w, int parts, bool by_lines) const {
+        if (by_lines) return run_lines<Write>(w, parts);
+        const uint64_t span_of_table = last + 1;  // positions lie in [0, last]
+        return run_listed<Write>(uint64_t((unsigned __int128)span_of_table * unsigned(w) / unsigned(parts)),
+                                 uint64_t((unsigned __int128)span_of_table * unsigned(w + 1) / unsigned(parts)));
+    }
+
+    // run_part by lines: every position, lines [l0, l1) of each access (part w of parts).
+    template <bool Write>
+    uint64_t run_lines(int w, int parts) const {
         char* const tab = table;
         const P* const pos = positions;
         const uint64_t lst = last;
         const int64_t ahd = ahead, end = last_byte, count = n, sbytes = stream_bytes, nl = lines;
         const int64_t per = sbytes % count == 0 ? sbytes / count : -1;
-        auto [l0, l1] = by_lines ? split_range(nl, w, parts) : std::pair<int64_t, int64_t>{0, nl};
-        const uint64_t span_of_table = lst + 1;  // positions lie in [0, lst]
-        const uint64_t t0 = by_lines ? 0 : uint64_t((unsigned __int128)span_of_table * unsigned(w) / unsigned(parts));
-        const uint64_t t1 = by_lines ? span_of_table
-                                     : uint64_t((unsigned __int128)span_of_table * unsigned(w + 1) / unsigned(parts));
-        auto own = [t0, t1](uint64_t q) { return q >= t0 && q < t1; };
-        // This thread's part of position k's share of the stream, lines [l0, l1) of nl of it (all
-        // of it by targets): at fixed offsets when every position has the same number of bytes
-        // (every case), else by two divisions each.
+        const auto [l0, l1] = split_range(nl, w, parts);
+        // This thread's part of position k's share of the stream, lines [l0, l1) of nl of it: at
+        // fixed offsets when every position has the same number of bytes (every case), else by
+        // two divisions each.
         const int64_t off0 = per >= 0 ? per * l0 / nl : 0, off1 = per >= 0 ? per * l1 / nl : 0;
         auto part_of_stream = [&](int64_t k) -> std::pair<int64_t, int64_t> {
             if (per >= 0) return {k * per + off0, k * per + off1};
             const int64_t s0 = stream_share_end(k, count, sbytes), len = stream_share_end(k + 1, count, sbytes) - s0;
             return {s0 + len * l0 / nl, s0 + len * l1 / nl};
         };
-        if (!by_lines) return run_listed<Write>(t0, t1);
         uint64_t sum = 0;
         int64_t read_to = 0;  // the stream's lines below this offset have been read
         for (int64_t k = 0; k < count; ++k) {
@@ -126,16 +130,13 @@ template <class P> struct TouchRange {
             // the hardware prefetcher follows from a single load (its lines come in pieces).
             if (k + ahd < count) {
                 const uint64_t q = std::min(uint64_t(int64_t(pos[k + ahd])), lst);
-                if (own(q)) {
-                    for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(tab + q + 64 * l, Write);
-                    if (sbytes > 0) {
-                        const auto [a0, a1] = part_of_stream(k + ahd);
-                        for (int64_t s = a0 & ~int64_t(63); s < a1; s += 64) __builtin_prefetch(stream + s);
-                    }
+                for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(tab + q + 64 * l, Write);
+                if (sbytes > 0) {
+                    const auto [a0, a1] = part_of_stream(k + ahd);
+                    for (int64_t s = a0 & ~int64_t(63); s < a1; s += 64) __builtin_prefetch(stream + s);
                 }
             }
             const uint64_t q = std::min(uint64_t(int64_t(pos[k])), lst);
-            if (!own(q)) continue;
             if (sbytes > 0) {
                 const auto [s0, s1] = part_of_stream(k);
                 for (int64_t s = std::max(s0 & ~int64_t(63), read_to); s < s1; s += 64) {
