@@ -63,6 +63,34 @@ def test_rows_with_one_target(dtype, reduction, layout):
     np.testing.assert_array_equal(sx.gather_elements(data, indices, axis=0), data[rows])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.complex128, np.bool_])
+@pytest.mark.parametrize("value", [0.0, -0.0, 1.5])
+@pytest.mark.parametrize("index", ["rows", "random"])
+def test_scatter_into_one_broadcast_value(restore_threads, threads, dtype, value, index):
+    """Data that is one value broadcast (stride 0 throughout, as the zeros that the backward of
+    a gather scatters into) is filled in natively before the updates: an element no update
+    reaches keeps that value, bits included (-0.0 is not filled as zero bytes)."""
+    sx.set_num_threads(threads)
+    rng = np.random.default_rng(11)
+    data = np.broadcast_to(np.array(value).astype(dtype), (3000, 64))
+    updates = (rng.standard_normal((2000, 64)) * 3).astype(dtype)
+    rows = rng.integers(-3000, 3000, 2000)
+    if index == "rows":
+        indices = np.broadcast_to(rows[:, None], updates.shape)
+    else:
+        indices = rng.integers(-3000, 3000, updates.shape)
+    reduction = "none" if dtype is np.bool_ else "add"
+    got = sx.scatter_elements(data, indices, updates, axis=0, reduction=reduction)
+    want = _sequential_axis0(np.array(data), indices, updates, reduction)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    untouched = np.ones(data.shape[0], bool)
+    untouched[np.where(rows < 0, rows + 3000, rows)] = False
+    if index == "rows":  # rows no update reaches: the broadcast value's own bytes
+        np.testing.assert_array_equal(got[untouched].view(np.uint8),
+                                      np.array(data)[untouched].view(np.uint8))
+
+
 def test_float16_row_add_rounds_every_step():
     # 2048 + 1 + 1 in float16: each step rounds back to 2048 (sequential semantics).
     data = np.full((1, 64), 2048, np.float16)

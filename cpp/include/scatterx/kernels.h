@@ -223,9 +223,23 @@ inline void copy_run(char* dst, int64_t ds, const char* src, int64_t ss, int64_t
         std::memcpy(dst, src, size_t(bytes));
         return;
     }
-    // Strided (or stride-0, a fill): a fixed-size copy per element, not a call.
+    // Strided, or a fill: a fixed-size copy per element, not a call.
     auto strided = [&](auto n) {
         constexpr size_t N = decltype(n)::value;
+        if (ss == 0) {
+            // A stride-0 source (a broadcast value, such as the zeros that the backward of a
+            // gather scatters into): its value read once. Read in the loop, it was read again
+            // after every store (which, for all the compiler knows, may change it), an
+            // element at a time (docs/performance.md, "Stop 34").
+            unsigned char v[N];
+            std::memcpy(v, src, N);
+            if (ds == int64_t(N) && std::all_of(v, v + N, [](unsigned char b) { return b == 0; })) {
+                std::memset(dst, 0, size_t(count) * N);
+                return;
+            }
+            for (int64_t k = 0; k < count; ++k) std::memcpy(dst + k * ds, v, N);
+            return;
+        }
         for (int64_t k = 0; k < count; ++k) std::memcpy(dst + k * ds, src + k * ss, N);
     };
     switch (itemsize) {
