@@ -91,6 +91,35 @@ def test_scatter_into_one_broadcast_value(restore_threads, threads, dtype, value
                                       np.array(data)[untouched].view(np.uint8))
 
 
+SPECIAL_BITS = {  # zeros, infinities, quiet and signalling NaNs, the smallest and largest finite
+    np.float16: [0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x7C01, 0x0001, 0x8001, 0x7BFF, 0xFBFF],
+    ml_dtypes.bfloat16: [0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81, 0x0001, 0x8001, 0x7F7F, 0xFF7F],
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("reduction", ["max", "min"])
+def test_16_bit_max_min_on_every_bit_pattern(dtype, reduction):
+    """max/min of 16-bit floats against the rule computed by NumPy on the values widened to
+    float32: the update replaces the current value when it lies strictly beyond it, or when it
+    is NaN and the current value is not (ties, -0.0 against 0.0 included, keep the current
+    bits). Every bit pattern is a current value, against six rotations of them all and each
+    special value."""
+    every = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    rng = np.random.default_rng(5)
+    partners = [np.roll(every, int(s)) for s in rng.integers(1, 65535, 6)]
+    partners += [np.full(65536, bits, np.uint16) for bits in SPECIAL_BITS[dtype]]
+    current = every.view(dtype)
+    for update_bits in partners:
+        updates = update_bits.view(dtype)
+        got = sx.scatter_elements(current, np.arange(65536), updates, axis=0, reduction=reduction)
+        a, b = current.astype(np.float32), updates.astype(np.float32)
+        with np.errstate(invalid="ignore"):
+            beyond = b > a if reduction == "max" else b < a
+        take = beyond | (np.isnan(b) & ~np.isnan(a))
+        np.testing.assert_array_equal(got.view(np.uint16), np.where(take, update_bits, every))
+
+
 def test_float16_row_add_rounds_every_step():
     # 2048 + 1 + 1 in float16: each step rounds back to 2048 (sequential semantics).
     data = np.full((1, 64), 2048, np.float16)
