@@ -230,7 +230,9 @@ inline void copy_run(char* dst, int64_t ds, const char* src, int64_t ss, int64_t
             // A stride-0 source (a broadcast value, such as the zeros that the backward of a
             // gather scatters into): its value read once. Read in the loop, it was read again
             // after every store (which, for all the compiler knows, may change it), an
-            // element at a time (docs/performance.md, "Stop 34").
+            // element at a time (docs/performance.md, "Stop 34"). With no element to copy,
+            // src need not point at one (an empty array's one-byte allocation).
+            if (count <= 0) return;
             unsigned char v[N];
             std::memcpy(v, src, N);
             if (ds == int64_t(N) && std::all_of(v, v + N, [](unsigned char b) { return b == 0; })) {
