@@ -718,6 +718,9 @@ NB_MODULE(_core, m) {
     m.def("set_stream_bytes", [](int64_t n) { return std::exchange(stream_bytes(), n); }, nb::arg("nbytes"),
           "Sets the size of a call (all its arrays) beyond which its output is written by streaming stores; "
           "returns the previous one (for tests).");
+    m.def("set_ties_by_select", [](bool on) { return std::exchange(ties_by_select(), on); }, nb::arg("on"),
+          "Whether the backward of max/min fetches only the tying updates' counts and shares (the default on "
+          "Intel CPUs) or every update's; returns the previous setting (for tests).");
     m.def("get_stream_bytes", [] { return stream_bytes(); },
           "The size of a call (all its arrays) beyond which its output is written by streaming stores: the "
           "last-level cache as Linux reports it, or 32 MiB.");

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import oracle
 import scatterx as sx
-from scatterx import _autodiff
+from scatterx import _autodiff, _core
 from scatterx._rules import scatter_call
 
 torch = pytest.importorskip("torch")
@@ -534,16 +534,24 @@ def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, 
 
 
 def _extremum_three_ways(monkeypatch, g, d, i, u, axis, reduction):
-    """The native pass comparing values (on 1, 2 and 3 threads), reading the residuals' tie
-    masks, and the NumPy way (ties counted in integers), asserted bitwise the same."""
-    got = _vjp_on_1_2_3_threads(g, d, i, u, axis, reduction)
-    others = [_autodiff.scatter_backward(_autodiff.scatter_residuals(scatter_call(d, i, u, axis, reduction)), g)]
+    """The native pass comparing values (on 1, 2 and 3 threads) and reading the residuals' tie
+    masks, each fetching every update's count and share or only the tying updates' (the way
+    taken on Intel CPUs; both are run on any machine), and the NumPy way (ties counted in
+    integers), asserted bitwise the same."""
     with monkeypatch.context() as m:
         m.setattr(_autodiff, "_NATIVE_TIES_LIMIT", dict.fromkeys(_autodiff._NATIVE_TIES_LIMIT, 0))
-        others.append(sx.scatter_elements_vjp(g, d, i, u, axis, reduction))
-    for other in others:
-        for a, b in zip(got, other):
-            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+        expected = sx.scatter_elements_vjp(g, d, i, u, axis, reduction)
+    before = _core.set_ties_by_select(False)
+    try:
+        for select in (False, True):
+            _core.set_ties_by_select(select)
+            got = _vjp_on_1_2_3_threads(g, d, i, u, axis, reduction)
+            masks = _autodiff.scatter_backward(_autodiff.scatter_residuals(scatter_call(d, i, u, axis, reduction)), g)
+            for other in (got, masks):
+                for a, b in zip(other, expected):
+                    np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    finally:
+        _core.set_ties_by_select(before)
     return got
 
 

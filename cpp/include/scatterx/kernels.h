@@ -1760,6 +1760,24 @@ template <class V> struct ValueTies {
 // faster).
 inline constexpr int64_t kTieCountBytes = int64_t(2) << 20;
 inline constexpr int64_t kSpareCounts = 64;  // see extremum_backward
+// Whether the backward of max/min fetches only the tying updates' counts and shares (a select of
+// the address, below) or every update's. Measured faster on Intel (stop 35, below); on the Zen 3
+// machine of stops 18-34 every form of it tried was slower or no faster (stop 18: 92-132
+// against 93-142 ms; stop 23: the shares 115 -> 126 and 128 -> 151 ms; stop 32: 36-44 ->
+// 92-162 ms for the shares, 38 -> 153-202 for a count whose non-tying updates all wrote one
+// byte, each waiting on the one before; docs/performance.md), so other CPUs keep the way
+// measured best there until this form is measured on them.
+// The setting in force (tests set it to reach both ways on any machine).
+inline bool& ties_by_select() {
+    static bool select = [] {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+        return bool(__builtin_cpu_is("intel"));
+#else
+        return false;
+#endif
+    }();
+    return select;
+}
 // A count of ties in a byte that is not a character type, so that stores to it do not make the
 // compiler reload every pointer they might alias.
 enum class TieCount : uint8_t {};
@@ -1868,8 +1886,9 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
     T* const gu = reinterpret_cast<T*>(dU);
     auto ask_out = [&](int64_t t, int64_t, int64_t, int64_t) { __builtin_prefetch(out + t, 1); };
     auto ask_ties = [&](int64_t t, int64_t, int64_t, int64_t) { ties.prefetch(t); };
-    // Only a tying update reads its target's share; the others read dD's first element, which
-    // stays in the cache, and get +0 (a select, not a branch: the ties are random). In vjp_max
+    // Where ties_by_select (Intel): only a tying update reads its target's share; the others
+    // read dD's first element, which stays in the cache, and get +0 (a select, not a branch:
+    // the ties are random). In vjp_max
     // about 28 % of the updates tie (a target has two updates on average, data takes part), so
     // the walk of the shares asks for about a quarter of the random lines it did, and the count
     // (in the byte table below) writes a quarter of them. Measured on the Intel machine of stop
@@ -1881,7 +1900,8 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
     // 105 / 130 and 108 / 118. Results bitwise the same (a hash of both gradients of max and
     // min over float16, float32 and float64, ties, NaN and negative indices, one and two
     // threads).
-    auto shared_at = [](int64_t t, uint8_t m) { return t & (int64_t(0) - int64_t(m)); };
+    const bool select = ties_by_select();
+    auto shared_at = [select](int64_t t, uint8_t m) { return select ? t & (int64_t(0) - int64_t(m)) : t; };
     auto ask_share = [&](int64_t t, int64_t q, int64_t, int64_t) {
         __builtin_prefetch(out + shared_at(t, ties.noted(gu, q)));
     };
@@ -1930,13 +1950,14 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                 // The tying updates of each target, counted in a byte (wrapping, noted); with
                 // ValueTies each update's tie is found here and kept in dU.
                 bool wrapped = false;
-                // Only a tying update reads and writes its target's count; the others add 0 to
+                // With ties_by_select, only a tying update reads and writes its target's count, and
+                // a later update's count is not asked for ahead; the others add 0 to
                 // one of the spare bytes past the table (a select, not a branch: the ties are
                 // random), which stay in the cache. Rotating over them keeps each such store
                 // from waiting on the one before.
                 const int64_t spare = c * g.axis_size;
-                auto slot = [spare](int64_t at, uint8_t tie, int64_t u) {
-                    return tie ? at : spare + (u & (kSpareCounts - 1));
+                auto slot = [spare, select](int64_t at, uint8_t tie, int64_t u) {
+                    return tie || !select ? at : spare + (u & (kSpareCounts - 1));
                 };
                 auto tally = [&](int64_t t, int64_t u, int64_t v, int64_t k) {
                     uint8_t tie;
@@ -1955,8 +1976,12 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                 // count of a later tie. (Asking for every update's count, as until stop 35,
                 // measured no faster for vjp_max and slower for vjp_min: below.)
                 auto ask = [&](int64_t t, int64_t u, int64_t v, int64_t k) {
-                    if constexpr (Ties::compares) ties.prefetch(t);
-                    else __builtin_prefetch(table + slot(v * c + k, ties.noted(gu, u), u), 1);
+                    if constexpr (Ties::compares) {
+                        ties.prefetch(t);
+                        if (!select) __builtin_prefetch(table + v * c + k, 1);
+                    } else {
+                        __builtin_prefetch(table + slot(v * c + k, ties.noted(gu, u), u), 1);
+                    }
                 };
                 walk(q, c, in, 0, fs.na, ask, local_bad, tally);
                 if (wrapped) {
