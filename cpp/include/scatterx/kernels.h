@@ -457,6 +457,16 @@ inline constexpr int64_t kOwnBlock = 256;  // rows whose own target rows a threa
 inline constexpr int64_t kOwnAhead = 16;   // a thread's own rows asked for ahead
 inline constexpr int64_t kPrefetchAhead = 16;
 inline constexpr int64_t kCacheBytes = int64_t(2) << 20;
+// Whether the CPU is Intel's: the prefetching of random targets measured differently on the
+// Intel machines (stops 19-21 and 35) and the Zen 3 (stops 1-18, 22-34); see its uses.
+inline bool cpu_is_intel() {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+    static const bool intel = __builtin_cpu_is("intel");
+    return intel;
+#else
+    return false;
+#endif
+}
 
 // A fiber of array 0 up to this many bytes, dense along the axis, is prefetched whole while the
 // fiber before it is worked on (its elements are then read in random order, but from cache).
@@ -1239,8 +1249,18 @@ template <int64_t N, class I, bool Stream>
 // alternating, two threads, medians of six rounds of five calls): none 58.3 ms, 64 elements
 // ahead 19.0, 128 ahead 20.6, 256 ahead 22.2, every round; in a slower hour, 32 / 64 / 96
 // ahead 46.2 / 42.2 / 42.9. Rows in the cache are not prefetched: gather_mid, whose slabs are
-// read in first (warm_rows), took 4.6 -> 6.7 ms with the prefetch.
+// read in first (warm_rows), took 4.6 -> 6.7 ms with the prefetch. On the Intel machine of stop
+// 35 (48 KB L1, 2 MB L2 per core, 105 MB L3) Emerald Rapids' finding held again (one build with
+// a switch, alternating processes, medians of seven calls): gather_max0 with 64 ahead / none /
+// 32 ahead 21.8 / 17.2 / 17.5 ms (six rounds), 22.1 / 19.2 / 20.1 (eight rounds; none faster
+// than 64 in 5 of 8), while the backward of max/min, whose walks also take rows_ahead, needs
+// it there (vjp_max 74.7 / 102.0 / 75.7, vjp_min 81.0 / 127.3 / 79.5). So on Intel CPUs the
+// gather along an outer axis asks for no random source elements ahead (gather_asks_ahead; the
+// rows of one target of message passing are still asked for, kPrefetchRows ahead). Old and new
+// builds in alternating processes, eight rounds: gather_max0 20.1 -> 17.1 ms (faster in 8 of 8),
+// gather_mid 1.35 / 1.40 (4 of 8; its rows are in the cache, not asked for either way).
 inline constexpr int64_t kGatherAhead = 64;
+inline bool gather_asks_ahead() { return !cpu_is_intel(); }
 // The rows ahead that hold about kGatherAhead elements, for a walk of rows of `per_row` random
 // targets (the gather's, and the backward of max/min's since stop 32).
 inline int64_t rows_ahead(int64_t per_row) { return std::max<int64_t>(1, kGatherAhead / per_row); }
@@ -1341,7 +1361,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                     }
                 }
                 if (contiguous) {
-                    if (far && j + ahead_rows < j1) {
+                    if (far && gather_asks_ahead() && j + ahead_rows < j1) {
                         // Random source elements beyond the cache: ask for those of a later row.
                         const I* later = reinterpret_cast<const I*>(p[1] + (j + ahead_rows) * astr[1]);
                         for (int64_t k = 0; k < count; ++k)
@@ -1769,13 +1789,7 @@ inline constexpr int64_t kSpareCounts = 64;  // see extremum_backward
 // measured best there until this form is measured on them.
 // The setting in force (tests set it to reach both ways on any machine).
 inline bool& ties_by_select() {
-    static bool select = [] {
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-        return bool(__builtin_cpu_is("intel"));
-#else
-        return false;
-#endif
-    }();
+    static bool select = cpu_is_intel();
     return select;
 }
 // A count of ties in a byte that is not a character type, so that stores to it do not make the
