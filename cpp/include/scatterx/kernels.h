@@ -1902,10 +1902,9 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
     auto ask_ties = [&](int64_t t, int64_t, int64_t, int64_t) { ties.prefetch(t); };
     // Where ties_by_select (Intel): only a tying update reads its target's share; the others
     // read dD's first element, which stays in the cache, and get +0 (a select, not a branch:
-    // the ties are random). In vjp_max
-    // about 28 % of the updates tie (a target has two updates on average, data takes part), so
-    // the walk of the shares asks for about a quarter of the random lines it did, and the count
-    // (in the byte table below) writes a quarter of them. Measured on the Intel machine of stop
+    // the ties are random). In vjp_max about 28 % of the updates tie (a target has two updates
+    // on average, data takes part), so the walk of the shares asks for about a quarter of the
+    // random lines it did, and the count (in the byte table below) writes a quarter of them. Measured on the Intel machine of stop
     // 35 (old and new builds in alternating processes, two threads, medians of seven calls):
     // the shares alone, vjp_max 131 -> 119 ms (faster in 4 of 6 rounds), vjp_min 127 -> 105 (5
     // of 6); then the count as well, against the count as before, in one build with a switch:
@@ -1964,11 +1963,11 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                 // The tying updates of each target, counted in a byte (wrapping, noted); with
                 // ValueTies each update's tie is found here and kept in dU.
                 bool wrapped = false;
-                // With ties_by_select, only a tying update reads and writes its target's count, and
-                // a later update's count is not asked for ahead; the others add 0 to
-                // one of the spare bytes past the table (a select, not a branch: the ties are
-                // random), which stay in the cache. Rotating over them keeps each such store
-                // from waiting on the one before.
+                // With ties_by_select, only a tying update reads and writes its target's count,
+                // and a later update's count is not asked for ahead; the others add 0 to one of
+                // the spare bytes past the table (a select, not a branch: the ties are random),
+                // which stay in the cache. Rotating over them keeps each such store from waiting
+                // on the one before.
                 const int64_t spare = c * g.axis_size;
                 auto slot = [spare, select](int64_t at, uint8_t tie, int64_t u) {
                     return tie || !select ? at : spare + (u & (kSpareCounts - 1));
