@@ -569,7 +569,7 @@ inline char* thread_scratch(int64_t bytes) {
 // stores measured slower (stop 19: gathers of the middle axis 2.71 -> 1.98 ms, of the
 // message-passing rows 10.3 -> 9.0, of 1e7 from 1e5 11.2 -> 9.4; the update gradient of "add"
 // 11.0 -> 9.5; medians of five rounds, plain stores against streaming ones in one process).
-// kStreamBytes where the size cannot be read.
+// kStreamBytes where the size cannot be read, and the most for the bulk writes (streams_bulk).
 inline constexpr int64_t kStreamBytes = int64_t(32) << 20;
 // The size in bytes of the highest-level data or unified cache of CPU 0, or 0 if unknown.
 inline int64_t last_level_cache_bytes() {
@@ -598,6 +598,20 @@ inline int64_t& stream_bytes() {
     return bytes;
 }
 inline bool streams(int64_t footprint) { return footprint > stream_bytes(); }
+// The scatter side's bulk writes (the staged fused copy, the backward passes of "none" and "mul")
+// stream from the smaller of that threshold and kStreamBytes: on the Intel virtual machine of
+// stops 35-36 (105 MB of L3 reported, shared with other guests) outputs of 16 MB went out
+// faster by streaming stores than by plain ones. Stop 36, one process, the two thresholds in turn,
+// twelve rounds of medians of seven calls, two threads: vjp_none 4.34 -> 3.57 ms and mid_mul
+// 5.38 -> 4.88 (faster in 12 of 12 each), vjp_mul 15.5 -> 12.5 (7 of 12); stop 35 had mid_mul
+// 5.66 -> 4.65 (5 of 6); old and new builds in alternating processes, ten rounds: vjp_none 4.37
+// -> 3.26 (9 of 10), mid_mul 5.75 -> 5.16 (6), vjp_mul 10.0 -> 9.4 (7). Stop 19, on an Emerald
+// Rapids virtual machine (300 MB of L3), had measured these two the other way (mid_mul 2.62 /
+// 2.99 ms, vjp_none 1.82 / 1.95, plain / streaming), which this cap gives up there. A gather
+// keeps the reported cache: its streaming stores take the line fill buffers that its random
+// reads need (gather_max0, 89 MB in all, 43.1 -> 47.3 ms with 32 MB, slower in 11 of 12; stop
+// 19 found gathers slower streaming on Emerald Rapids too).
+inline bool streams_bulk(int64_t footprint) { return footprint > std::min(stream_bytes(), kStreamBytes); }
 // One element of N bytes from src to dst, without reading dst's line into the cache.
 template <int64_t N> inline void stream_element(char* dst, const char* src) {
 #if defined(__x86_64__)
@@ -1140,7 +1154,7 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
         return scatter_by_target_rows<T, I, R>(g, fs, fparts, out, indices, updates, src);
     // A large call whose blocks of target rows fit the stage works in a scratch (stage_rows).
     const int64_t footprint = 2 * fs.nfib * g.axis_size * N + volume(g.s.shape, g.s.ndim) * (N + int64_t(sizeof(I)));
-    const bool stage = src && axis_outer && streams(footprint);
+    const bool stage = src && axis_outer && streams_bulk(footprint);
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
         ScatterBlock<T, I, R> sb{g.axis_size, g.axis_stride, &local_bad};
@@ -1409,7 +1423,7 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
     // A large call with a source stages each contiguous row (see below): data's gradient, the
     // source, indices and the update gradients (kStreamBytes).
     const int64_t out_bytes = fs.nfib * g.axis_size * N;
-    const bool stream = src && streams(2 * out_bytes + fs.nfib * fs.na * (int64_t(sizeof(I)) + N));
+    const bool stream = src && streams_bulk(2 * out_bytes + fs.nfib * fs.na * (int64_t(sizeof(I)) + N));
     std::atomic<bool> bad{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         // Locals, not captured variables: the byte stores below may alias those.
@@ -1588,7 +1602,7 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
     const bool grouped = g.axis_size * N <= kMulScratchBytes;
     std::unique_ptr<char[]> long_s(grouped ? nullptr : new char[size_t(extent)]);
     // G, D and dD, indices, updates and dU (see kStreamBytes).
-    const bool stream = streams(3 * extent + volume(g.s.shape, g.s.ndim) * (int64_t(sizeof(I)) + 2 * N));
+    const bool stream = streams_bulk(3 * extent + volume(g.s.shape, g.s.ndim) * (int64_t(sizeof(I)) + 2 * N));
     const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, g.axis_size)).first;
     std::atomic<bool> bad{false}, no_memory{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
