@@ -721,6 +721,13 @@ NB_MODULE(_core, m) {
     m.def("set_ties_by_select", [](bool on) { return std::exchange(ties_by_select(), on); }, nb::arg("on"),
           "Whether the backward of max/min fetches only the tying updates' counts and shares (the default on "
           "Intel CPUs) or every update's; returns the previous setting (for tests).");
+    m.def("set_pieces_per_thread", [](int n) { return std::exchange(pieces_per_thread(), std::max(1, n)); },
+          nb::arg("n"),
+          "Sets how many pieces per thread a parallel call is cut into, handed out as threads come free (1: one "
+          "piece per thread); returns the previous setting (for tests and measurements).");
+    m.def("get_bulk_stream_bytes", [] { return std::min(stream_bytes(), kStreamBytes); },
+          "The size beyond which the scatter side's bulk writes (the staged copy of data, the backward of "
+          "\"none\" and \"mul\") use streaming stores: the smaller of get_stream_bytes() and 32 MiB.");
     m.def("get_stream_bytes", [] { return stream_bytes(); },
           "The size of a call (all its arrays) beyond which its output is written by streaming stores: the "
           "last-level cache as Linux reports it, or 32 MiB.");

@@ -23,9 +23,10 @@ REDUCTIONS = ("none", "add", "mul", "max", "min")
 DTYPES = (np.float64, np.float32, np.float16, ml_dtypes.bfloat16, np.int32, np.uint8, np.complex64, np.bool_)
 
 
-def _jobs(seed: int = 0) -> list:
-    """Calls large enough for the multi-threaded kernels (> 2 x 32768 elements of work), over
-    dtypes, reductions and axes, each with many duplicate targets so that order matters."""
+def _jobs(seed: int = 0, shape: tuple = (160, 256), length: int = 480) -> list:
+    """Calls large enough for the multi-threaded kernels (>= 2 x 32768 elements of work: fibers
+    times `length`, the indices' length along the axis), over dtypes, reductions and axes, each
+    with many duplicate targets so that order matters."""
     rng = np.random.default_rng(seed)
     jobs = []
     for k, dtype in enumerate(DTYPES):
@@ -33,8 +34,8 @@ def _jobs(seed: int = 0) -> list:
             if np.dtype(dtype).kind == "c" and reduction in ("max", "min"):
                 continue
             axis = (k + len(jobs)) % 2
-            data = rng.standard_normal((120, 150)).astype(dtype)
-            ishape = (400, 150) if axis == 0 else (120, 500)
+            data = rng.standard_normal(shape).astype(dtype)
+            ishape = (length, shape[1]) if axis == 0 else (shape[0], length)
             indices = rng.integers(-data.shape[axis], data.shape[axis], size=ishape)
             updates = (rng.standard_normal(ishape) * 1.5).astype(dtype)
             jobs.append(("scatter", (data, indices, updates, axis, reduction)))
@@ -97,6 +98,56 @@ def test_threads_get_the_serial_results():
         churner.join()
     for i, result in results:
         assert _same(result, serial[i]), f"job {i} ({jobs[i][0]}, {jobs[i][1][-1]!r}) differs from its serial result"
+
+
+def _gradient_jobs(seed: int = 3) -> list:
+    """Backward calls of each reduction (and of a gather) large enough to be cut into up to 18
+    pieces, along an outer axis and the last, with duplicate targets and ties."""
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for axis in (0, 1):
+        data = rng.integers(-3, 4, (400, 512)).astype(np.float32)
+        ishape = (1200, 512) if axis == 0 else (400, 1500)
+        indices = rng.integers(-data.shape[axis], data.shape[axis], size=ishape)
+        updates = rng.integers(-3, 4, ishape).astype(np.float32)
+        for reduction in REDUCTIONS:
+            out = sx.scatter_elements(data, indices, updates, axis, reduction)
+            grad = rng.standard_normal(out.shape).astype(np.float32)
+            jobs.append(("scatter_vjp", (grad, data, indices, updates, axis, reduction)))
+        jobs.append(("gather_vjp", (rng.standard_normal(ishape).astype(np.float32), data.shape, indices, axis)))
+    return jobs
+
+
+def _run_gradient(job):
+    kind, args = job
+    if kind == "scatter_vjp":
+        return list(sx.scatter_elements_vjp(*args))
+    return [sx.gather_elements_vjp(*args)]
+
+
+@pytest.mark.parametrize("pieces", [1, 3, 8, 64])
+@pytest.mark.parametrize("threads", [2, 3])
+def test_results_do_not_depend_on_how_a_call_is_cut(pieces, threads):
+    """A multi-threaded call is cut into pieces handed out as threads come free; how many, and
+    which thread runs which, never changes a bit of a forward result or a gradient."""
+    from scatterx import _core
+
+    jobs, gradient_jobs = _jobs(shape=(400, 512), length=1200), _gradient_jobs()
+    sx.set_num_threads(1)
+    serial = [_run(job) for job in jobs]
+    serial_gradients = [_run_gradient(job) for job in gradient_jobs]
+    sx.set_num_threads(threads)
+    before = _core.set_pieces_per_thread(pieces)
+    try:
+        results = [_run(job) for job in jobs]
+        gradients = [_run_gradient(job) for job in gradient_jobs]
+    finally:
+        _core.set_pieces_per_thread(before)
+    for i, (result, expected) in enumerate(zip(results, serial)):
+        assert _same(result, expected), f"job {i} ({jobs[i][0]}, {jobs[i][1][-1]!r}) differs with {pieces} pieces"
+    for i, (got, expected) in enumerate(zip(gradients, serial_gradients)):
+        for a, b in zip(got, expected):
+            assert _same(a, b), f"gradient job {i} {gradient_jobs[i][0]} {gradient_jobs[i][1][-1]!r} differs"
 
 
 def test_threads_writing_to_their_own_out_arrays():

@@ -622,6 +622,8 @@ def test_streaming_threshold_is_the_last_level_cache():
     threshold = _core.set_stream_bytes(0)
     _core.set_stream_bytes(threshold)
     assert threshold == _core.get_stream_bytes() == (_last_level_cache_bytes() or 32 << 20)
+    # The scatter side's bulk writes stream beyond the smaller of that and 32 MiB.
+    assert _core.get_bulk_stream_bytes() == min(threshold, 32 << 20)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

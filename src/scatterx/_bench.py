@@ -1029,9 +1029,8 @@ def run(args: argparse.Namespace) -> int:
     from . import _core
 
     stream_mib = _core.get_stream_bytes() / 2**20
-    # The scatter side's bulk writes stream from the smaller of that and 32 MiB (kernels.h,
-    # kStreamBytes and streams_bulk).
-    bulk_mib = min(stream_mib, 32.0)
+    # The scatter side's bulk writes stream from the smaller of that and 32 MiB (streams_bulk).
+    bulk_mib = _core.get_bulk_stream_bytes() / 2**20
     header = (
         f"scatterx bench{' --quick' if args.quick else ''}: {settings.threads} threads, "
         f"copy bandwidth {bandwidth_start / 1e9:.1f} GB/s before, {bandwidths} beside the cases, "

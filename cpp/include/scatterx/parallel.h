@@ -120,6 +120,22 @@ class ThreadPool {
     std::atomic<uint64_t> generation_{0};
 };
 
+// Runs fn(part) for every part in [0, parts), on up to `parts` workers. Parts are handed out one
+// at a time as workers come free rather than dealt in advance: on a virtual machine whose host
+// takes a CPU away for milliseconds, or whose second worker is slow to wake, the others take the
+// rest of the work instead of waiting for that worker's share. Which worker runs a part never
+// changes what the part computes.
+template <class Fn> void parallel_parts(int parts, Fn&& fn) {
+    if (parts <= 1) {
+        if (parts == 1) fn(0);
+        return;
+    }
+    std::atomic<int> next{0};
+    ThreadPool::instance().run(parts, [&](int, int) {
+        for (int part; (part = next.fetch_add(1, std::memory_order_relaxed)) < parts;) fn(part);
+    });
+}
+
 // Splits [0, n) into `parts` contiguous ranges; returns the range of `part`.
 inline std::pair<int64_t, int64_t> split_range(int64_t n, int part, int parts) {
     int64_t base = n / parts, extra = n % parts;
