@@ -125,17 +125,26 @@ def _run_gradient(job):
     return [sx.gather_elements_vjp(*args)]
 
 
+@pytest.fixture(scope="module")
+def serial_cut_jobs():
+    """The jobs of the test below with their serial results, computed once for all its cases."""
+    jobs, gradient_jobs = _jobs(shape=(400, 512), length=1200), _gradient_jobs()
+    before = sx.get_num_threads()
+    sx.set_num_threads(1)
+    try:
+        return jobs, gradient_jobs, [_run(job) for job in jobs], [_run_gradient(job) for job in gradient_jobs]
+    finally:
+        sx.set_num_threads(before)
+
+
 @pytest.mark.parametrize("pieces", [1, 3, 8, 64])
 @pytest.mark.parametrize("threads", [2, 3])
-def test_results_do_not_depend_on_how_a_call_is_cut(pieces, threads):
+def test_results_do_not_depend_on_how_a_call_is_cut(pieces, threads, serial_cut_jobs):
     """A multi-threaded call is cut into pieces handed out as threads come free; how many, and
     which thread runs which, never changes a bit of a forward result or a gradient."""
     from scatterx import _core
 
-    jobs, gradient_jobs = _jobs(shape=(400, 512), length=1200), _gradient_jobs()
-    sx.set_num_threads(1)
-    serial = [_run(job) for job in jobs]
-    serial_gradients = [_run_gradient(job) for job in gradient_jobs]
+    jobs, gradient_jobs, serial, serial_gradients = serial_cut_jobs
     sx.set_num_threads(threads)
     before = _core.set_pieces_per_thread(pieces)
     try:
