@@ -725,7 +725,7 @@ NB_MODULE(_core, m) {
           nb::arg("n"),
           "Sets how many pieces per thread a parallel call is cut into, handed out as threads come free (1: one "
           "piece per thread); returns the previous setting (for tests and measurements).");
-    m.def("get_bulk_stream_bytes", [] { return std::min(stream_bytes(), kStreamBytes); },
+    m.def("get_bulk_stream_bytes", [] { return bulk_stream_bytes(); },
           "The size beyond which the scatter side's bulk writes (the staged copy of data, the backward of "
           "\"none\" and \"mul\") use streaming stores: the smaller of get_stream_bytes() and 32 MiB.");
     m.def("get_stream_bytes", [] { return stream_bytes(); },

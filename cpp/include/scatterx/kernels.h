@@ -634,7 +634,8 @@ inline bool streams(int64_t footprint) { return footprint > stream_bytes(); }
 // keeps the reported cache: its streaming stores take the line fill buffers that its random
 // reads need (gather_max0, 89 MB in all, 43.1 -> 47.3 ms with 32 MB, slower in 11 of 12; stop
 // 19 found gathers slower streaming on Emerald Rapids too).
-inline bool streams_bulk(int64_t footprint) { return footprint > std::min(stream_bytes(), kStreamBytes); }
+inline int64_t bulk_stream_bytes() { return std::min(stream_bytes(), kStreamBytes); }
+inline bool streams_bulk(int64_t footprint) { return footprint > bulk_stream_bytes(); }
 // One element of N bytes from src to dst, without reading dst's line into the cache.
 template <int64_t N> inline void stream_element(char* dst, const char* src) {
 #if defined(__x86_64__)
