@@ -702,6 +702,38 @@ def test_materialised_index_rows_checked_by_chunks(restore_threads, dtype, reduc
         np.testing.assert_array_equal(kept.view(np.uint8), data.view(np.uint8))
 
 
+
+@pytest.mark.parametrize("threads", [2, 3, 4])
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max"])
+def test_broadcast_index_rows_handed_over(restore_threads, threads, reduction):
+    """With a broadcast index, a thread that has applied its rows takes the upper half of the
+    target rows of the thread with the most work left, from that thread's next block of rows
+    on. Most rows here go to the first thread's targets, so the others finish first and ask for
+    its work again and again: the sequential result (NumPy) bit for bit all the same, for a new
+    output and out=data, with negative indices, and an index out of bounds among the last rows
+    raises and leaves out=data as it was."""
+    rng = np.random.default_rng(43)
+    M, R, W = 60000, 3000, 16
+    data = (rng.standard_normal((R, W)) * 3).astype(np.float32)
+    rows = np.where(rng.random(M) < 0.9, rng.integers(0, R // 10, M), rng.integers(0, R, M))
+    rows = np.where(rng.random(M) < 0.3, rows - R, rows)  # the same rows, counted from the end
+    updates = (rng.standard_normal((M, W)) * 3).astype(np.float32)
+    if reduction == "mul":
+        updates = (1 + rng.standard_normal((M, W)) / 50).astype(np.float32)
+    indices = np.broadcast_to(rows[:, None], updates.shape)
+    want = _sequential_axis0(data, indices, updates, reduction)
+    sx.set_num_threads(threads)
+    for _ in range(3):
+        _scatter_both_ways(data, indices, updates, reduction, want)
+    bad = rows.copy()
+    bad[M - 5] = R
+    kept = data.copy()
+    with pytest.raises(IndexError, match=rf"index {R} at indices\[{M - 5}, 0\]"):
+        sx.scatter_elements(kept, np.broadcast_to(bad[:, None], updates.shape), updates, axis=0,
+                            reduction=reduction, out=kept)
+    np.testing.assert_array_equal(kept.view(np.uint8), data.view(np.uint8))
+
+
 ROW_DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int32, np.int8, np.bool_, np.complex64]
 
 

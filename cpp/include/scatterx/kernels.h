@@ -16,6 +16,8 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <type_traits>
 
 #if defined(__x86_64__)
@@ -979,6 +981,28 @@ template <class I> inline bool constant_rows(const char* ip, int64_t n, int64_t 
     return differ == 0;
 }
 
+// A thread that has applied its rows of a broadcast index asks the thread with the most work
+// left for more: `asked` (the asking thread, -1 none, kGone when this thread has left), which
+// the owner reads between blocks of rows; it answers in the asker's `answer` (1: granted the
+// rows from `row` on for target rows [lo, hi), which it gives up; 2: refused), and keeps
+// `left` (rows left times target rows owned; 0 when too little to split) for askers to compare.
+struct alignas(64) Handover {
+    std::atomic<int> asked{-1};
+    std::atomic<int> answer{0};
+    std::atomic<int64_t> left{0};
+    int64_t row = 0, lo = 0, hi = 0;
+};
+inline constexpr int kGone = -2;
+// Rows left below which a thread keeps its target rows rather than split them.
+inline constexpr int64_t kHandoverRows = 4 * kOwnBlock;
+
+// Spins (yielding now and then) until ready() holds.
+template <class Ready> inline void wait_until(Ready&& ready) {
+    for (int spins = 0; !ready();)
+        if (++spins % 1024 == 0) std::this_thread::yield();
+        else cpu_relax();
+}
+
 // A 2-D scatter along axis 0 whose rows of updates each go to one target row: an index row of
 // stride 0 (the expanded index of message passing, passed as a broadcast view), or a contiguous
 // index whose rows turn out to hold one value each (that index materialised, as an ONNX Expand
@@ -1005,6 +1029,21 @@ template <class I> inline bool constant_rows(const char* ip, int64_t n, int64_t 
 // mp_add 9.4 -> 7.0 ms (medians of the rounds), mp_add_i32 9.8 -> 6.1, mp_add_f16 8.7 -> 4.5,
 // mp_add_dense 16.0 -> 13.8, faster in 5 of 5 rounds each; 16 own rows asked for ahead against
 // 4 / 8 / 24 / 32 (one build, five rounds): 4 the slowest, 16 faster than 8 in most rounds.
+// With a broadcast index, a thread that has applied all its rows takes over the upper half of
+// the target rows of the thread with the most work left (Handover), from that thread's next
+// block of rows on, and again as long as a thread has enough left to split: a thread whose CPU
+// the host has taken for a while no longer holds the call up by a share fixed in advance. Every
+// target row still gets its rows in order, on one thread at a time: the rows before the block
+// from the old owner, which answers only once it has applied them, the rest from the new one.
+// Stop 38, old and new builds in alternating processes, medians of seven calls, two threads,
+// with the host taking 14 % of the CPUs' time (eight rounds): mp_add 38.0 -> 20.1 ms (faster in
+// 7 of 8), mp_add_i32 40.1 -> 20.6 (7), mp_add_f16 19.6 -> 11.9 (8); with a CPU-bound process
+// beside (six rounds): mp_add 42.4 -> 34.2 (6 of 6), mp_add_i32 42.8 -> 38.1 (5), mp_add_f16
+// 20.8 / 21.0 (2); on a quiet minute the same (standalone: 19.2 / 19.3, 18.1 / 17.4 ms). A
+// materialised index keeps the split fixed: its threads check each chunk in step with each other.
+// Cutting the target rows into many ranges handed out from a counter (rows sorted by range a
+// batch at a time) measured slower (docs/performance.md, stop 38): a range's rows are a thin,
+// scattered part of the update stream.
 template <class T, class I, Reduction R>
 bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, char* out, const char* indices,
                             const char* updates, const char* src) {
@@ -1025,13 +1064,28 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
     if ((verify && (!mixed || !targets)) || !checked) throw std::bad_alloc();
     for (int w = 0; w < parts; ++w) checked[w].store(0, std::memory_order_relaxed);
     std::atomic<bool> bad{false};
+    std::unique_ptr<Handover[]> hand(verify ? nullptr : new (std::nothrow) Handover[size_t(parts)]);
+    if (!verify && !hand) throw std::bad_alloc();
     ThreadPool::instance().run(parts, [&](int w, int nw) {
-        auto [lo, hi] = split_range(size, w, nw);
+        int64_t lo, hi;
+        std::tie(lo, hi) = split_range(size, w, nw);
         bool local_bad = false;
         int64_t own[2 * kOwnBlock], own_target[2 * kOwnBlock];
         if (src)
             for (int64_t a = lo; a < hi; ++a)
                 copy_run(out + a * g.axis_stride, N, src + a * g.src_axis_stride, fs.f.stride[3][0], width, N);
+        // This thread's work left, rows from j on: what a thread looking for work compares.
+        auto publish = [&](int64_t j) {
+            const int64_t left = hi - lo >= 2 && na - j >= kHandoverRows ? (na - j) * (hi - lo) : 0;
+            hand[w].left.store(left, std::memory_order_relaxed);
+        };
+        // Answers "no" to a thread asking this one for work while this one has none to give.
+        auto refuse_asks = [&] {
+            const int asking = hand[w].asked.load(std::memory_order_acquire);
+            if (asking < 0) return;
+            hand[w].asked.store(-1, std::memory_order_relaxed);
+            hand[asking].answer.store(2, std::memory_order_release);
+        };
         // This thread's share of chunk c: rows [first, last).
         auto share = [&](int64_t c) {
             const int64_t j0 = c * kVerifyRows;
@@ -1059,6 +1113,72 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
                     else cpu_relax();
                 }
         };
+        // Rows [j0, j1) applied to this thread's target rows [lo, hi), each row's target read
+        // from `slot` (a checked chunk's) or, without it, from the index.
+        auto apply_listed = [&](int64_t j0, int64_t j1, const int64_t* slot) {
+            // A row's target row (-1: out of bounds).
+            auto target = [&](int64_t j) -> int64_t {
+                if (slot && j < j1) return slot[j - j0];
+                const I raw = *reinterpret_cast<const I*>(indices + j * istr);
+                return in_bounds(raw, size) ? normalise(raw, size) : -1;
+            };
+            // This thread's rows of [b0, b1) (their row numbers and target rows) appended at
+            // `at` without a branch: whether a random row is this thread's own is a coin toss
+            // that a branch per row would mispredict half the time, on every thread.
+            auto own_rows = [&](int64_t b0, int64_t b1, int64_t at, bool count_bad) -> int64_t {
+                for (int64_t j = b0; j < b1; ++j) {
+                    const int64_t v = target(j);
+                    own[at] = j;
+                    own_target[at] = v;
+                    if (count_bad) local_bad |= v < 0;
+                    at += uint64_t(v - lo) < uint64_t(hi - lo);
+                }
+                return at;
+            };
+            // Block by block: the own rows of this block and of the next (of the next chunk's
+            // first rows, read from the index, at a chunk's end), so that the rows asked for
+            // ahead run on past the block.
+            int64_t n = own_rows(j0, std::min(j1, j0 + kOwnBlock), 0, true);
+            for (int64_t b0 = j0; b0 < j1; b0 += kOwnBlock) {
+                const int64_t b1 = std::min(j1, b0 + kOwnBlock);
+                if (!verify) {
+                    // A thread asking for work gets the upper half of this one's target rows, and
+                    // the rows from b0 on, once this one has applied the rows before b0 and dropped
+                    // the listed rows of [b0, b1) that it gives away.
+                    const int asking = hand[w].asked.load(std::memory_order_acquire);
+                    if (asking >= 0) {
+                        const bool give = hi - lo >= 2 && na - b0 >= kHandoverRows;
+                        if (give) {
+                            const int64_t mid = lo + (hi - lo) / 2;
+                            int64_t kept = 0;
+                            for (int64_t i = 0; i < n; ++i) {
+                                own[kept] = own[i], own_target[kept] = own_target[i];
+                                kept += own_target[i] < mid;
+                            }
+                            n = kept;
+                            hand[asking].row = b0, hand[asking].lo = mid, hand[asking].hi = hi;
+                            hi = mid;
+                        }
+                        hand[w].asked.store(-1, std::memory_order_relaxed);
+                        hand[asking].answer.store(give ? 1 : 2, std::memory_order_release);
+                    }
+                    publish(b0);
+                }
+                const int64_t m = b1 < j1 ? own_rows(b1, std::min(j1, b1 + kOwnBlock), n, true)
+                                          : own_rows(b1, std::min(na, b1 + 2 * kOwnAhead), n, false);
+                for (int64_t i = 0; i < n; ++i) {
+                    if (i + kOwnAhead < m) {
+                        prefetch_lines(out + own_target[i + kOwnAhead] * g.axis_stride, width * N);
+                        prefetch_lines(updates + own[i + kOwnAhead] * ustr, width * N);
+                    }
+                    apply_row<T, R>(reinterpret_cast<T*>(out + own_target[i] * g.axis_stride),
+                                    reinterpret_cast<const T*>(updates + own[i] * ustr), width);
+                }
+                std::copy(own + n, own + m, own);
+                std::copy(own_target + n, own_target + m, own_target);
+                n = m - n;
+            }
+        };
         if (verify) check(0);
         for (int64_t c = 0; c < chunks; ++c) {
             const int64_t j0 = verify ? c * kVerifyRows : 0, j1 = verify ? std::min(na, j0 + kVerifyRows) : na;
@@ -1084,46 +1204,41 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
                 }
                 continue;
             }
-            // A row's target row (-1: out of bounds): from the checked chunk's slot, or the index.
-            const int64_t* const slot = verify ? targets.get() + (c % kTargetSlots) * kVerifyRows : nullptr;
-            auto target = [&](int64_t j) -> int64_t {
-                if (slot && j < j1) return slot[j - j0];
-                const I raw = *reinterpret_cast<const I*>(indices + j * istr);
-                return in_bounds(raw, size) ? normalise(raw, size) : -1;
-            };
-            // This thread's rows of [b0, b1) (their row numbers and target rows) appended at
-            // `at` without a branch: whether a random row is this thread's own is a coin toss
-            // that a branch per row would mispredict half the time, on every thread.
-            auto own_rows = [&](int64_t b0, int64_t b1, int64_t at, bool count_bad) -> int64_t {
-                for (int64_t j = b0; j < b1; ++j) {
-                    const int64_t v = target(j);
-                    own[at] = j;
-                    own_target[at] = v;
-                    if (count_bad) local_bad |= v < 0;
-                    at += uint64_t(v - lo) < uint64_t(hi - lo);
+            apply_listed(j0, j1, verify ? targets.get() + (c % kTargetSlots) * kVerifyRows : nullptr);
+        }
+        if (!verify) {
+            // Rows applied: take the upper half of the target rows of the thread with the most
+            // work left (see Handover), until no thread has enough left to split.
+            for (;;) {
+                hand[w].left.store(0, std::memory_order_relaxed);
+                int victim = -1;
+                int64_t most = 0;
+                for (int x = 0; x < nw; ++x) {
+                    const int64_t left = hand[x].left.load(std::memory_order_relaxed);
+                    if (x != w && left > most) most = left, victim = x;
                 }
-                return at;
-            };
-            // Block by block: the own rows of this block and of the next (of the next chunk's
-            // first rows, read from the index, at a chunk's end), so that the rows asked for
-            // ahead run on past the block.
-            int64_t n = own_rows(j0, std::min(j1, j0 + kOwnBlock), 0, true);
-            for (int64_t b0 = j0; b0 < j1; b0 += kOwnBlock) {
-                const int64_t b1 = std::min(j1, b0 + kOwnBlock);
-                const int64_t m = b1 < j1 ? own_rows(b1, std::min(j1, b1 + kOwnBlock), n, true)
-                                          : own_rows(b1, std::min(na, b1 + 2 * kOwnAhead), n, false);
-                for (int64_t i = 0; i < n; ++i) {
-                    if (i + kOwnAhead < m) {
-                        prefetch_lines(out + own_target[i + kOwnAhead] * g.axis_stride, width * N);
-                        prefetch_lines(updates + own[i + kOwnAhead] * ustr, width * N);
-                    }
-                    apply_row<T, R>(reinterpret_cast<T*>(out + own_target[i] * g.axis_stride),
-                                    reinterpret_cast<const T*>(updates + own[i] * ustr), width);
+                if (victim < 0) break;
+                hand[w].answer.store(0, std::memory_order_relaxed);
+                int expected = -1;
+                if (!hand[victim].asked.compare_exchange_strong(expected, w, std::memory_order_acq_rel)) {
+                    refuse_asks();
+                    cpu_relax();
+                    continue;
                 }
-                std::copy(own + n, own + m, own);
-                std::copy(own_target + n, own_target + m, own_target);
-                n = m - n;
+                int answer;
+                wait_until([&] {
+                    refuse_asks();
+                    return (answer = hand[w].answer.load(std::memory_order_acquire)) != 0;
+                });
+                if (answer != 1) continue;
+                lo = hand[w].lo, hi = hand[w].hi;
+                publish(hand[w].row);
+                apply_listed(hand[w].row, na, nullptr);
             }
+            // Gone: no thread waits for this one's answer any more.
+            hand[w].left.store(0, std::memory_order_relaxed);
+            const int asking = hand[w].asked.exchange(kGone, std::memory_order_acq_rel);
+            if (asking >= 0) hand[asking].answer.store(2, std::memory_order_release);
         }
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
