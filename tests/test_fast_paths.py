@@ -702,7 +702,6 @@ def test_materialised_index_rows_checked_by_chunks(restore_threads, dtype, reduc
         np.testing.assert_array_equal(kept.view(np.uint8), data.view(np.uint8))
 
 
-
 @pytest.mark.parametrize("threads", [2, 3, 4])
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max"])
 def test_broadcast_index_rows_handed_over(restore_threads, threads, reduction):
