@@ -1074,10 +1074,11 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
         if (src)
             for (int64_t a = lo; a < hi; ++a)
                 copy_run(out + a * g.axis_stride, N, src + a * g.src_axis_stride, fs.f.stride[3][0], width, N);
+        // Whether this thread's work from row j on is enough to split.
+        auto splittable = [&](int64_t j) { return hi - lo >= 2 && na - j >= kHandoverRows; };
         // This thread's work left, rows from j on: what a thread looking for work compares.
         auto publish = [&](int64_t j) {
-            const int64_t left = hi - lo >= 2 && na - j >= kHandoverRows ? (na - j) * (hi - lo) : 0;
-            hand[w].left.store(left, std::memory_order_relaxed);
+            hand[w].left.store(splittable(j) ? (na - j) * (hi - lo) : 0, std::memory_order_relaxed);
         };
         // Answers "no" to a thread asking this one for work while this one has none to give.
         auto refuse_asks = [&] {
@@ -1106,12 +1107,7 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
         };
         // Waits until every thread has checked its share of chunk c.
         auto await = [&](int64_t c) {
-            int spins = 0;
-            for (int x = 0; x < nw; ++x)
-                while (checked[x].load(std::memory_order_acquire) <= c) {
-                    if (++spins % 1024 == 0) std::this_thread::yield();
-                    else cpu_relax();
-                }
+            for (int x = 0; x < nw; ++x) wait_until([&] { return checked[x].load(std::memory_order_acquire) > c; });
         };
         // Rows [j0, j1) applied to this thread's target rows [lo, hi), each row's target read
         // from `slot` (a checked chunk's) or, without it, from the index.
@@ -1147,7 +1143,7 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
                     // the listed rows of [b0, b1) that it gives away.
                     const int asking = hand[w].asked.load(std::memory_order_acquire);
                     if (asking >= 0) {
-                        const bool give = hi - lo >= 2 && na - b0 >= kHandoverRows;
+                        const bool give = splittable(b0);
                         if (give) {
                             const int64_t mid = lo + (hi - lo) / 2;
                             int64_t kept = 0;
@@ -1235,8 +1231,8 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
                 publish(hand[w].row);
                 apply_listed(hand[w].row, na, nullptr);
             }
-            // Gone: no thread waits for this one's answer any more.
-            hand[w].left.store(0, std::memory_order_relaxed);
+            // Gone (its `left` is 0 since the loop's last turn): no thread waits for this one's
+            // answer any more.
             const int asking = hand[w].asked.exchange(kGone, std::memory_order_acq_rel);
             if (asking >= 0) hand[asking].answer.store(2, std::memory_order_release);
         }
