@@ -704,13 +704,16 @@ def test_materialised_index_rows_checked_by_chunks(restore_threads, dtype, reduc
 
 @pytest.mark.parametrize("threads", [2, 3, 4])
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max"])
-def test_broadcast_index_rows_handed_over(restore_threads, threads, reduction):
-    """With a broadcast index, a thread that has applied its rows takes the upper half of the
-    target rows of the thread with the most work left, from that thread's next block of rows
-    on. Most rows here go to the first thread's targets, so the others finish first and ask for
-    its work again and again: the sequential result (NumPy) bit for bit all the same, for a new
-    output and out=data, with negative indices, and an index out of bounds among the last rows
-    raises and leaves out=data as it was."""
+@pytest.mark.parametrize("layout", ["view", "materialised", "mixed"])
+def test_index_rows_handed_over(restore_threads, threads, reduction, layout):
+    """A thread that has applied its rows takes the upper half of the target rows of the thread
+    with the most work left, from that thread's next block of rows on. Most rows here go to the
+    first thread's targets, so the others finish first and ask for its work again and again:
+    the sequential result (NumPy) bit for bit all the same, for a new output and out=data, with
+    negative indices, and an index out of bounds among the last rows raises and leaves out=data
+    as it was. The index as a broadcast view, materialised (its chunks checked by whichever
+    thread gets there first), and materialised with rows of several values in some chunks
+    (those chunks element by element, by the threads that own their targets at the time)."""
     rng = np.random.default_rng(43)
     M, R, W = 60000, 3000, 16
     data = (rng.standard_normal((R, W)) * 3).astype(np.float32)
@@ -720,17 +723,27 @@ def test_broadcast_index_rows_handed_over(restore_threads, threads, reduction):
     if reduction == "mul":
         updates = (1 + rng.standard_normal((M, W)) / 50).astype(np.float32)
     indices = np.broadcast_to(rows[:, None], updates.shape)
+    if layout != "view":
+        indices = indices.copy()
+    if layout == "mixed":
+        # Rows of several values in a tenth of the chunks of 256 rows, early, middle and late:
+        # some of their elements aimed at the hot targets, some at the others.
+        for j in rng.choice(M, 24, replace=False):
+            indices[j, rng.integers(0, W, 5)] = rng.integers(-R, R // 10, 5)
     want = _sequential_axis0(data, indices, updates, reduction)
     sx.set_num_threads(threads)
     for _ in range(3):
         _scatter_both_ways(data, indices, updates, reduction, want)
-    bad = rows.copy()
+    bad = rows.copy() if layout == "view" else indices.copy()
     bad[M - 5] = R
+    if layout == "view":
+        bad = np.broadcast_to(bad[:, None], updates.shape)
     kept = data.copy()
     with pytest.raises(IndexError, match=rf"index {R} at indices\[{M - 5}, 0\]"):
-        sx.scatter_elements(kept, np.broadcast_to(bad[:, None], updates.shape), updates, axis=0,
-                            reduction=reduction, out=kept)
+        sx.scatter_elements(kept, bad, updates, axis=0, reduction=reduction, out=kept)
     np.testing.assert_array_equal(kept.view(np.uint8), data.view(np.uint8))
+    with pytest.raises(IndexError, match=rf"index {R} at indices\[{M - 5}, 0\]"):
+        sx.scatter_elements(data, bad, updates, axis=0, reduction=reduction)
 
 
 ROW_DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int32, np.int8, np.bool_, np.complex64]

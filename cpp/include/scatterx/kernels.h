@@ -960,14 +960,18 @@ bool stage_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count, 
     return true;
 }
 
-// Rows of a contiguous index that scatter_by_target_rows checks at a time: each thread checks
-// its share of a chunk before any thread applies the chunk's rows.
-inline constexpr int64_t kVerifyRows = 256;
+// Rows of a contiguous index that scatter_by_target_rows checks at a time (a chunk), the rows
+// whose own target rows a thread lists at a time (a block) too.
+inline constexpr int64_t kVerifyRows = kOwnBlock;
 // Rows asked for ahead of the check. Against 2 / 8 / 16 (stop 29, one process alternating,
 // ten rounds of medians of five, mp_add_dense's arrays): 35.7 ms with 4 against 38.7 / 36.9 /
 // 38.4, the others faster in 2, 2 and 1 of 10 rounds.
 inline constexpr int64_t kVerifyAhead = 4;
-inline constexpr int64_t kTargetSlots = 4;  // chunks' target rows kept at once
+// Chunks after the one a thread is about to apply that it makes sure are claimed for the check.
+inline constexpr int64_t kCheckAhead = 2;
+// What is known of a chunk of a contiguous index: nothing yet (it may be being checked), every
+// row holds one value, or a row holds several.
+enum class Chunk : uint8_t { unchecked, one_value, several };
 
 // Whether each of rows [0, n) of `width` contiguous indices, `istr` bytes apart from ip, holds
 // one value (a row of the expanded index of message passing). Every row is read, with no exit
@@ -981,11 +985,11 @@ template <class I> inline bool constant_rows(const char* ip, int64_t n, int64_t 
     return differ == 0;
 }
 
-// A thread that has applied its rows of a broadcast index asks the thread with the most work
-// left for more: `asked` (the asking thread, -1 none, kGone when this thread has left), which
-// the owner reads between blocks of rows; it answers in the asker's `answer` (1: granted the
-// rows from `row` on for target rows [lo, hi), which it gives up; 2: refused), and keeps
-// `left` (rows left times target rows owned; 0 when too little to split) for askers to compare.
+// A thread that has applied its rows asks the thread with the most work left for more: `asked`
+// (the asking thread, -1 none, kGone when this thread has left), which the owner reads between
+// blocks of rows; it answers in the asker's `answer` (1: granted the rows from `row` on for
+// target rows [lo, hi), which it gives up; 2: refused), and keeps `left` (rows left times
+// target rows owned; 0 when too little to split) for askers to compare.
 struct alignas(64) Handover {
     std::atomic<int> asked{-1};
     std::atomic<int> answer{0};
@@ -1011,36 +1015,41 @@ template <class Ready> inline void wait_until(Ready&& ready) {
 // row and applies, whole and in order, the rows that land in its own range. Split by columns,
 // both threads missed on every random row (standalone, 400000 rows of 64 float32 into 50000:
 // 29-32 ms -> 21-24 ms with the broadcast view).
-// A contiguous index is checked a chunk of kVerifyRows rows at a time, each thread its share,
-// a chunk ahead of the rows it applies; a thread applies a chunk once every thread has checked
-// its share of it. A chunk with a row of several values is applied element by element instead,
-// each thread the elements whose target row it owns, so every target element still gets its
-// updates in the order of the rows, on one thread: results do not depend on the thread count.
+// A contiguous index is checked a chunk of kVerifyRows rows at a time. Before it applies a
+// chunk, a thread makes sure that it and the kCheckAhead chunks after it are claimed (from a
+// counter, so each chunk is checked once while the threads keep pace) and reads what the check
+// found; a chunk claimed by a thread that has not finished checking it, it checks itself rather
+// than wait (a thread whose CPU the host has taken holds no other up). A chunk with a row of
+// several values is applied element by element instead, each thread the elements whose target
+// row it owns, so every target element still gets its updates in the order of the rows, on one
+// thread: results do not depend on the thread count.
 // Before (stop 29), a materialised index went the columns' way, each thread checking its half
 // of every row: one process alternating, rounds of medians of five calls, 400000 x 64 int64
 // into 50000 x 64 float32, add: 59.4 -> 37.0 ms (faster in 6 of 6 rounds), 75.5 -> 40.2 (8 of
-// 8). The target rows of a checked chunk passed on in `targets` rather than read again from the
-// index by every thread: 31.0 -> 29.8 ms, faster in 10 of 10 rounds. Checking rows by a scalar
-// loop that stopped at the first difference took about 40 % of the samples of a profile; the
-// check by XOR (constant_rows) vectorises (standalone, 205 MB of such rows on two threads:
-// 24 -> 18 ms, 14-17 with the rows asked for ahead). Each thread lists its own rows of a block
-// without a branch and then applies the list (stop 33; before, a branch per row, taken for a
-// random half of them): alternating processes, five rounds of medians of seven, two threads,
-// mp_add 9.4 -> 7.0 ms (medians of the rounds), mp_add_i32 9.8 -> 6.1, mp_add_f16 8.7 -> 4.5,
-// mp_add_dense 16.0 -> 13.8, faster in 5 of 5 rounds each; 16 own rows asked for ahead against
-// 4 / 8 / 24 / 32 (one build, five rounds): 4 the slowest, 16 faster than 8 in most rounds.
-// With a broadcast index, a thread that has applied all its rows takes over the upper half of
-// the target rows of the thread with the most work left (Handover), from that thread's next
-// block of rows on, and again as long as a thread has enough left to split: a thread whose CPU
-// the host has taken for a while no longer holds the call up by a share fixed in advance. Every
-// target row still gets its rows in order, on one thread at a time: the rows before the block
-// from the old owner, which answers only once it has applied them, the rest from the new one.
-// Stop 38, old and new builds in alternating processes, medians of seven calls, two threads,
-// with the host taking 14 % of the CPUs' time (eight rounds): mp_add 38.0 -> 20.1 ms (faster in
-// 7 of 8), mp_add_i32 40.1 -> 20.6 (7), mp_add_f16 19.6 -> 11.9 (8); with a CPU-bound process
-// beside (six rounds): mp_add 42.4 -> 34.2 (6 of 6), mp_add_i32 42.8 -> 38.1 (5), mp_add_f16
-// 20.8 / 21.0 (2); on a quiet minute the same (standalone: 19.2 / 19.3, 18.1 / 17.4 ms). A
-// materialised index keeps the split fixed: its threads check each chunk in step with each other.
+// 8). Checking rows by a scalar loop that stopped at the first difference took about 40 % of
+// the samples of a profile; the check by XOR (constant_rows) vectorises (standalone, 205 MB of
+// such rows on two threads: 24 -> 18 ms, 14-17 with the rows asked for ahead). Each thread
+// lists its own rows of a block without a branch and then applies the list (stop 33; before, a
+// branch per row, taken for a random half of them): alternating processes, five rounds of
+// medians of seven, two threads, mp_add 9.4 -> 7.0 ms (medians of the rounds), mp_add_i32 9.8
+// -> 6.1, mp_add_f16 8.7 -> 4.5, mp_add_dense 16.0 -> 13.8, faster in 5 of 5 rounds each; 16
+// own rows asked for ahead against 4 / 8 / 24 / 32 (one build, five rounds): 4 the slowest, 16
+// faster than 8 in most rounds.
+// A thread that has applied all its rows takes over the upper half of the target rows of the
+// thread with the most work left (Handover), from that thread's next block of rows on, and
+// again as long as a thread has enough left to split: a thread whose CPU the host has taken for
+// a while no longer holds the call up by a share fixed in advance. Every target row still gets
+// its rows in order, on one thread at a time: the rows before the block from the old owner,
+// which answers only once it has applied them, the rest from the new one. Stop 38, broadcast
+// index, old and new builds in alternating processes, medians of seven calls, two threads, with
+// the host taking 14 % of the CPUs' time (eight rounds): mp_add 38.0 -> 20.1 ms (faster in 7 of
+// 8), mp_add_i32 40.1 -> 20.6 (7), mp_add_f16 19.6 -> 11.9 (8); with a CPU-bound process beside
+// (six rounds): mp_add 42.4 -> 34.2 (6 of 6), mp_add_i32 42.8 -> 38.1 (5), mp_add_f16 20.8 /
+// 21.0 (2); on a quiet minute the same (standalone: 19.2 / 19.3, 18.1 / 17.4 ms). Until stop 39
+// a materialised index kept its split fixed: its threads checked each chunk in halves, in step,
+// and passed its target rows on in a ring of four chunks (against reading them again from the
+// index, 31.0 -> 29.8 ms, stop 29), so a thread that lost its CPU stopped the other within a
+// chunk (stop 38: mp_add_dense 114 ms at 16 % steal against 37.6 quiet).
 // Cutting the target rows into many ranges handed out from a counter (rows sorted by range a
 // batch at a time) measured slower (docs/performance.md, stop 38): a range's rows are a thin,
 // scattered part of the update stream.
@@ -1050,22 +1059,13 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
     constexpr int64_t N = sizeof(T);
     const int64_t width = fs.nfib, istr = fs.astr[1], ustr = fs.astr[2], size = g.axis_size, na = fs.na;
     const bool verify = fs.f.stride[1][0] != 0;
-    const int64_t chunks = verify ? (na + kVerifyRows - 1) / kVerifyRows : 1;
-    // mixed[c * parts + w]: thread w found a row of several values in its share of chunk c.
-    std::unique_ptr<std::atomic<bool>[]> mixed(verify ? new (std::nothrow) std::atomic<bool>[size_t(chunks * parts)]
-                                                      : nullptr);
-    std::unique_ptr<std::atomic<int64_t>[]> checked(new (std::nothrow) std::atomic<int64_t>[size_t(parts)]);
-    // The target row of each row of chunk c (-1: out of bounds) at targets[(c % kTargetSlots) *
-    // kVerifyRows + row - first row], written by the thread that checks the row: the others read
-    // 8 bytes a row from there instead of the index's line. A thread writes the slot of chunk c + 1
-    // while no thread is behind chunk c - 2 (it has waited for every check of chunk c - 1), so
-    // four slots never meet.
-    std::unique_ptr<int64_t[]> targets(verify ? new (std::nothrow) int64_t[size_t(kTargetSlots * kVerifyRows)] : nullptr);
-    if ((verify && (!mixed || !targets)) || !checked) throw std::bad_alloc();
-    for (int w = 0; w < parts; ++w) checked[w].store(0, std::memory_order_relaxed);
+    const int64_t chunks = verify ? (na + kVerifyRows - 1) / kVerifyRows : 0;
+    std::unique_ptr<std::atomic<Chunk>[]> known(verify ? new (std::nothrow) std::atomic<Chunk>[size_t(chunks)] : nullptr);
+    std::unique_ptr<Handover[]> hand(new (std::nothrow) Handover[size_t(parts)]);
+    if ((verify && !known) || !hand) throw std::bad_alloc();
+    for (int64_t c = 0; c < chunks; ++c) known[c].store(Chunk::unchecked, std::memory_order_relaxed);
+    std::atomic<int64_t> claimed{0};  // chunks [0, claimed) are claimed for the check
     std::atomic<bool> bad{false};
-    std::unique_ptr<Handover[]> hand(verify ? nullptr : new (std::nothrow) Handover[size_t(parts)]);
-    if (!verify && !hand) throw std::bad_alloc();
     ThreadPool::instance().run(parts, [&](int w, int nw) {
         int64_t lo, hi;
         std::tie(lo, hi) = split_range(size, w, nw);
@@ -1087,155 +1087,131 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
             hand[w].asked.store(-1, std::memory_order_relaxed);
             hand[asking].answer.store(2, std::memory_order_release);
         };
-        // This thread's share of chunk c: rows [first, last).
-        auto share = [&](int64_t c) {
-            const int64_t j0 = c * kVerifyRows;
-            const auto [r0, r1] = split_range(std::min(kVerifyRows, na - j0), w, nw);
-            return std::pair<int64_t, int64_t>{j0 + r0, j0 + r1};
-        };
-        // Checks this thread's share of chunk c and publishes it.
+        // Checks chunk c and publishes what it found: whether a row holds several values.
         auto check = [&](int64_t c) {
-            const auto [first, last] = share(c);
-            const bool several = !constant_rows<I>(indices + first * istr, last - first, istr, width);
-            int64_t* const slot = targets.get() + (c % kTargetSlots) * kVerifyRows;
-            for (int64_t j = first; j < last; ++j) {
-                const I raw = *reinterpret_cast<const I*>(indices + j * istr);
-                slot[j - c * kVerifyRows] = in_bounds(raw, size) ? normalise(raw, size) : -1;
+            const int64_t j0 = c * kVerifyRows;
+            const bool several = !constant_rows<I>(indices + j0 * istr, std::min(kVerifyRows, na - j0), istr, width);
+            known[c].store(several ? Chunk::several : Chunk::one_value, std::memory_order_release);
+            return several;
+        };
+        // Whether chunk c holds a row of several values, once chunks up to kCheckAhead after
+        // it are claimed; claimed by another thread and not yet checked, checked here as well.
+        auto several_in = [&](int64_t c) {
+            const int64_t last = std::min(chunks - 1, c + kCheckAhead);
+            for (int64_t k = claimed.load(std::memory_order_relaxed); k <= last;)
+                if (claimed.compare_exchange_weak(k, k + 1, std::memory_order_relaxed)) check(k++);
+            const Chunk found = known[c].load(std::memory_order_acquire);
+            return found == Chunk::unchecked ? check(c) : found == Chunk::several;
+        };
+        // Rows [b0, b1) element by element, the elements whose target row is this thread's.
+        auto apply_elements = [&](int64_t b0, int64_t b1) {
+            for (int64_t j = b0; j < b1; ++j) {
+                const I* iv = reinterpret_cast<const I*>(indices + j * istr);
+                const T* up = reinterpret_cast<const T*>(updates + j * ustr);
+                for (int64_t k = 0; k < width; ++k) {
+                    const I raw = iv[k];
+                    if (!in_bounds(raw, size)) {
+                        local_bad = true;
+                        continue;
+                    }
+                    const int64_t v = normalise(raw, size);
+                    if (v >= lo && v < hi) Reducer<R>::apply(reinterpret_cast<T*>(out + v * g.axis_stride)[k], up[k]);
+                }
             }
-            mixed[c * parts + w].store(several, std::memory_order_relaxed);
-            checked[w].store(c + 1, std::memory_order_release);
         };
-        // Waits until every thread has checked its share of chunk c.
-        auto await = [&](int64_t c) {
-            for (int x = 0; x < nw; ++x) wait_until([&] { return checked[x].load(std::memory_order_acquire) > c; });
-        };
-        // Rows [j0, j1) applied to this thread's target rows [lo, hi), each row's target read
-        // from `slot` (a checked chunk's) or, without it, from the index.
-        auto apply_listed = [&](int64_t j0, int64_t j1, const int64_t* slot) {
-            // A row's target row (-1: out of bounds).
-            auto target = [&](int64_t j) -> int64_t {
-                if (slot && j < j1) return slot[j - j0];
+        // This thread's rows of [b0, b1) (their row numbers and target rows, -1 out of bounds)
+        // appended at `at` without a branch: whether a random row is this thread's own is a coin
+        // toss that a branch per row would mispredict half the time, on every thread.
+        auto own_rows = [&](int64_t b0, int64_t b1, int64_t at) -> int64_t {
+            for (int64_t j = b0; j < b1; ++j) {
                 const I raw = *reinterpret_cast<const I*>(indices + j * istr);
-                return in_bounds(raw, size) ? normalise(raw, size) : -1;
-            };
-            // This thread's rows of [b0, b1) (their row numbers and target rows) appended at
-            // `at` without a branch: whether a random row is this thread's own is a coin toss
-            // that a branch per row would mispredict half the time, on every thread.
-            auto own_rows = [&](int64_t b0, int64_t b1, int64_t at, bool count_bad) -> int64_t {
-                for (int64_t j = b0; j < b1; ++j) {
-                    const int64_t v = target(j);
-                    own[at] = j;
-                    own_target[at] = v;
-                    if (count_bad) local_bad |= v < 0;
-                    at += uint64_t(v - lo) < uint64_t(hi - lo);
-                }
-                return at;
-            };
-            // Block by block: the own rows of this block and of the next (of the next chunk's
-            // first rows, read from the index, at a chunk's end), so that the rows asked for
-            // ahead run on past the block.
-            int64_t n = own_rows(j0, std::min(j1, j0 + kOwnBlock), 0, true);
-            for (int64_t b0 = j0; b0 < j1; b0 += kOwnBlock) {
-                const int64_t b1 = std::min(j1, b0 + kOwnBlock);
-                if (!verify) {
-                    // A thread asking for work gets the upper half of this one's target rows, and
-                    // the rows from b0 on, once this one has applied the rows before b0 and dropped
-                    // the listed rows of [b0, b1) that it gives away.
-                    const int asking = hand[w].asked.load(std::memory_order_acquire);
-                    if (asking >= 0) {
-                        const bool give = splittable(b0);
-                        if (give) {
-                            const int64_t mid = lo + (hi - lo) / 2;
-                            int64_t kept = 0;
-                            for (int64_t i = 0; i < n; ++i) {
-                                own[kept] = own[i], own_target[kept] = own_target[i];
-                                kept += own_target[i] < mid;
-                            }
-                            n = kept;
-                            hand[asking].row = b0, hand[asking].lo = mid, hand[asking].hi = hi;
-                            hi = mid;
+                const int64_t v = in_bounds(raw, size) ? normalise(raw, size) : -1;
+                own[at] = j;
+                own_target[at] = v;
+                local_bad |= v < 0;
+                at += uint64_t(v - lo) < uint64_t(hi - lo);
+            }
+            return at;
+        };
+        // Rows from j0 (the first row of a block) on, applied to this thread's target rows, block
+        // by block: the own rows of this block and of the next, so that the rows asked for ahead
+        // run on past the block.
+        auto apply_from = [&](int64_t j0) {
+            int64_t n = own_rows(j0, std::min(na, j0 + kOwnBlock), 0);
+            for (int64_t b0 = j0; b0 < na; b0 += kOwnBlock) {
+                const int64_t b1 = std::min(na, b0 + kOwnBlock);
+                // A thread asking for work gets the upper half of this one's target rows, and the
+                // rows from b0 on, once this one has applied the rows before b0 and dropped the
+                // listed rows of [b0, b1) that it gives away.
+                const int asking = hand[w].asked.load(std::memory_order_acquire);
+                if (asking >= 0) {
+                    const bool give = splittable(b0);
+                    if (give) {
+                        const int64_t mid = lo + (hi - lo) / 2;
+                        int64_t kept = 0;
+                        for (int64_t i = 0; i < n; ++i) {
+                            own[kept] = own[i], own_target[kept] = own_target[i];
+                            kept += own_target[i] < mid;
                         }
-                        hand[w].asked.store(-1, std::memory_order_relaxed);
-                        hand[asking].answer.store(give ? 1 : 2, std::memory_order_release);
+                        n = kept;
+                        hand[asking].row = b0, hand[asking].lo = mid, hand[asking].hi = hi;
+                        hi = mid;
                     }
-                    publish(b0);
+                    hand[w].asked.store(-1, std::memory_order_relaxed);
+                    hand[asking].answer.store(give ? 1 : 2, std::memory_order_release);
                 }
-                const int64_t m = b1 < j1 ? own_rows(b1, std::min(j1, b1 + kOwnBlock), n, true)
-                                          : own_rows(b1, std::min(na, b1 + 2 * kOwnAhead), n, false);
-                for (int64_t i = 0; i < n; ++i) {
-                    if (i + kOwnAhead < m) {
-                        prefetch_lines(out + own_target[i + kOwnAhead] * g.axis_stride, width * N);
-                        prefetch_lines(updates + own[i + kOwnAhead] * ustr, width * N);
+                publish(b0);
+                const int64_t m = own_rows(b1, std::min(na, b1 + kOwnBlock), n);
+                if (verify && several_in(b0 / kVerifyRows)) {
+                    apply_elements(b0, b1);
+                } else {
+                    for (int64_t i = 0; i < n; ++i) {
+                        if (i + kOwnAhead < m) {
+                            prefetch_lines(out + own_target[i + kOwnAhead] * g.axis_stride, width * N);
+                            prefetch_lines(updates + own[i + kOwnAhead] * ustr, width * N);
+                        }
+                        apply_row<T, R>(reinterpret_cast<T*>(out + own_target[i] * g.axis_stride),
+                                        reinterpret_cast<const T*>(updates + own[i] * ustr), width);
                     }
-                    apply_row<T, R>(reinterpret_cast<T*>(out + own_target[i] * g.axis_stride),
-                                    reinterpret_cast<const T*>(updates + own[i] * ustr), width);
                 }
                 std::copy(own + n, own + m, own);
                 std::copy(own_target + n, own_target + m, own_target);
                 n = m - n;
             }
         };
-        if (verify) check(0);
-        for (int64_t c = 0; c < chunks; ++c) {
-            const int64_t j0 = verify ? c * kVerifyRows : 0, j1 = verify ? std::min(na, j0 + kVerifyRows) : na;
-            bool several = false;
-            if (verify) {
-                if (c + 1 < chunks) check(c + 1);
-                await(c);
-                for (int x = 0; x < nw; ++x) several |= mixed[c * parts + x].load(std::memory_order_relaxed);
+        apply_from(0);
+        // Rows applied: take the upper half of the target rows of the thread with the most work
+        // left (see Handover), until no thread has enough left to split.
+        for (;;) {
+            hand[w].left.store(0, std::memory_order_relaxed);
+            int victim = -1;
+            int64_t most = 0;
+            for (int x = 0; x < nw; ++x) {
+                const int64_t left = hand[x].left.load(std::memory_order_relaxed);
+                if (x != w && left > most) most = left, victim = x;
             }
-            if (several) {
-                for (int64_t j = j0; j < j1; ++j) {
-                    const I* iv = reinterpret_cast<const I*>(indices + j * istr);
-                    const T* up = reinterpret_cast<const T*>(updates + j * ustr);
-                    for (int64_t k = 0; k < width; ++k) {
-                        const I raw = iv[k];
-                        if (!in_bounds(raw, size)) {
-                            local_bad = true;
-                            continue;
-                        }
-                        const int64_t v = normalise(raw, size);
-                        if (v >= lo && v < hi) Reducer<R>::apply(reinterpret_cast<T*>(out + v * g.axis_stride)[k], up[k]);
-                    }
-                }
+            if (victim < 0) break;
+            hand[w].answer.store(0, std::memory_order_relaxed);
+            int expected = -1;
+            if (!hand[victim].asked.compare_exchange_strong(expected, w, std::memory_order_acq_rel)) {
+                refuse_asks();
+                cpu_relax();
                 continue;
             }
-            apply_listed(j0, j1, verify ? targets.get() + (c % kTargetSlots) * kVerifyRows : nullptr);
+            int answer;
+            wait_until([&] {
+                refuse_asks();
+                return (answer = hand[w].answer.load(std::memory_order_acquire)) != 0;
+            });
+            if (answer != 1) continue;
+            lo = hand[w].lo, hi = hand[w].hi;
+            publish(hand[w].row);
+            apply_from(hand[w].row);
         }
-        if (!verify) {
-            // Rows applied: take the upper half of the target rows of the thread with the most
-            // work left (see Handover), until no thread has enough left to split.
-            for (;;) {
-                hand[w].left.store(0, std::memory_order_relaxed);
-                int victim = -1;
-                int64_t most = 0;
-                for (int x = 0; x < nw; ++x) {
-                    const int64_t left = hand[x].left.load(std::memory_order_relaxed);
-                    if (x != w && left > most) most = left, victim = x;
-                }
-                if (victim < 0) break;
-                hand[w].answer.store(0, std::memory_order_relaxed);
-                int expected = -1;
-                if (!hand[victim].asked.compare_exchange_strong(expected, w, std::memory_order_acq_rel)) {
-                    refuse_asks();
-                    cpu_relax();
-                    continue;
-                }
-                int answer;
-                wait_until([&] {
-                    refuse_asks();
-                    return (answer = hand[w].answer.load(std::memory_order_acquire)) != 0;
-                });
-                if (answer != 1) continue;
-                lo = hand[w].lo, hi = hand[w].hi;
-                publish(hand[w].row);
-                apply_listed(hand[w].row, na, nullptr);
-            }
-            // Gone (its `left` is 0 since the loop's last turn): no thread waits for this one's
-            // answer any more.
-            const int asking = hand[w].asked.exchange(kGone, std::memory_order_acq_rel);
-            if (asking >= 0) hand[asking].answer.store(2, std::memory_order_release);
-        }
+        // Gone (its `left` is 0 since the loop's last turn): no thread waits for this one's
+        // answer any more.
+        const int asking = hand[w].asked.exchange(kGone, std::memory_order_acq_rel);
+        if (asking >= 0) hand[asking].answer.store(2, std::memory_order_release);
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
     return !bad.load();
