@@ -767,21 +767,28 @@ inline void cpu_relax() {
 #endif
 }
 
+// Spins (yielding now and then) until ready() holds.
+template <class Ready> inline void wait_until(Ready&& ready) {
+    for (int spins = 0; !ready();)
+        if (++spins % 1024 == 0) std::this_thread::yield();
+        else cpu_relax();
+}
+
 inline void read_ahead(const char* ip, int64_t isize, const char* up, int64_t usize, int64_t na,
                        const std::atomic<int64_t>& progress) {
     const int64_t step = std::max<int64_t>(1, 64 / std::max(isize, usize));
     const int64_t lead = kReadLeadBytes / (isize + usize);
     uint64_t sink = 0;
-    int spins = 0;
     for (int64_t j = 0; j < na; j += step) {
         if ((j & (kProgressStep - 1)) < step) {
             int64_t done = progress.load(std::memory_order_acquire);
             if (done >= na) break;
             if (j < done) j = done - done % step;  // fallen behind: skip to the work
-            while (j - done > lead) {
-                if (++spins % 1024 == 0) std::this_thread::yield();
-                else cpu_relax();
-                done = progress.load(std::memory_order_acquire);
+            if (j - done > lead) {
+                wait_until([&] {
+                    done = progress.load(std::memory_order_acquire);
+                    return j - done <= lead || done >= na;
+                });
                 if (done >= na) return;
             }
         }
@@ -999,13 +1006,6 @@ struct alignas(64) Handover {
 inline constexpr int kGone = -2;
 // Rows left below which a thread keeps its target rows rather than split them.
 inline constexpr int64_t kHandoverRows = 4 * kOwnBlock;
-
-// Spins (yielding now and then) until ready() holds.
-template <class Ready> inline void wait_until(Ready&& ready) {
-    for (int spins = 0; !ready();)
-        if (++spins % 1024 == 0) std::this_thread::yield();
-        else cpu_relax();
-}
 
 // A 2-D scatter along axis 0 whose rows of updates each go to one target row: an index row of
 // stride 0 (the expanded index of message passing, passed as a broadcast view), or a contiguous
