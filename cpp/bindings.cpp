@@ -721,6 +721,11 @@ NB_MODULE(_core, m) {
     m.def("set_ties_by_select", [](bool on) { return std::exchange(ties_by_select(), on); }, nb::arg("on"),
           "Whether the backward of max/min fetches only the tying updates' counts and shares (the default on "
           "Intel CPUs) or every update's; returns the previous setting (for tests).");
+    m.def("set_wide_stores", [](bool on) { return std::exchange(wide_stores(), on && wide_stores_supported()); },
+          nb::arg("on"),
+          "Whether streaming stores write whole 64-byte lines by one AVX-512 store (the default where the CPU "
+          "has AVX-512F; never where it has not); returns the previous setting (for tests and measurements).");
+    m.def("wide_stores_supported", [] { return wide_stores_supported(); });
     m.def("set_pieces_per_thread", [](int n) { return std::exchange(pieces_per_thread(), std::max(1, n)); },
           nb::arg("n"),
           "Sets how many pieces per thread a parallel call is cut into, handed out as threads come free (1: one "

@@ -477,18 +477,32 @@ def test_gather_by_streaming_stores(streaming_outputs, restore_threads, threads,
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_gather_of_random_rows_beyond_the_cache(restore_threads, threads, index_dtype):
+@pytest.mark.parametrize("rows", ["random", "one_target"])
+def test_gather_of_random_rows_beyond_the_cache(restore_threads, threads, index_dtype, rows):
     """Rows of random indices along axis 0 into a table larger than kCacheBytes (2 MB), whose
-    source elements are prefetched a few rows ahead: negative indices among them, and one out
-    of bounds in a row that an earlier row prefetches for (it is skipped there and raises)."""
+    source elements (or, for rows of one target, a stride-0 index row, whose whole source rows:
+    gather_whole_rows) are prefetched a few rows ahead: negative indices among them, and one
+    out of bounds in a row that an earlier row prefetches for (it is skipped there and raises)."""
     sx.set_num_threads(threads)
     rng = np.random.default_rng(41)
     data = rng.standard_normal((20_000, 40)).astype(np.float32)  # 3.2 MB
-    indices = rng.integers(-20_000, 20_000, (30_001, 40)).astype(index_dtype)
+    if rows == "random":
+        indices = rng.integers(-20_000, 20_000, (30_001, 40)).astype(index_dtype)
+    else:
+        column = rng.integers(-20_000, 20_000, (30_001, 1)).astype(index_dtype)
+        indices = np.broadcast_to(column, (30_001, 40))
     want = np.take_along_axis(data, indices, 0)
     np.testing.assert_array_equal(sx.gather_elements(data, indices, 0).view(np.uint8), want.view(np.uint8))
-    indices[29_999, 7] = -20_001
-    with pytest.raises(IndexError, match=r"index -20001 at indices\[29999, 7\]"):
+    if rows == "random":
+        indices = indices.copy()
+        indices[29_999, 7] = -20_001
+        where = r"indices\[29999, 7\]"
+    else:
+        column = column.copy()
+        column[29_999, 0] = -20_001
+        indices = np.broadcast_to(column, (30_001, 40))
+        where = r"indices\[29999, 0\]"
+    with pytest.raises(IndexError, match=r"index -20001 at " + where):
         sx.gather_elements(data, indices, 0)
 
 
@@ -795,18 +809,19 @@ def _row_case(rng, np_rng):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.randoms(use_true_random=False), st.sampled_from([1, 2, 3]), st.booleans(), st.booleans())
-def test_rows_of_one_target_drawn(rng, threads, streaming, in_place):
+@given(st.randoms(use_true_random=False), st.sampled_from([1, 2, 3]), st.booleans(), st.booleans(), st.booleans())
+def test_rows_of_one_target_drawn(rng, threads, streaming, in_place, wide):
     """Drawn calls of the paths for rows of one target (the split by target rows with its chunked
     check, the row-at-a-time combine, the gather's row copies), against NumPy bit for bit:
     dtypes from bool to complex, int64 to uint8 indices, negative indices, partial index rows,
-    3-D arrays, 1-3 threads, streaming stores or not, out=data; an index out of bounds raises
-    IndexError and leaves data as it was."""
+    3-D arrays, 1-3 threads, streaming stores or not (64-byte ones where the CPU has them, or
+    16-byte), out=data; an index out of bounds raises IndexError and leaves data as it was."""
     from scatterx import _core
 
     data, indices, updates, reduction, kind = _row_case(rng, np.random.default_rng(rng.getrandbits(32)))
     before_threads = sx.get_num_threads()
     before_stream = _core.set_stream_bytes(0 if streaming else _core.get_stream_bytes())
+    before_wide = _core.set_wide_stores(wide)
     try:
         sx.set_num_threads(threads)
         kept = data.copy()
@@ -825,3 +840,4 @@ def test_rows_of_one_target_drawn(rng, threads, streaming, in_place):
     finally:
         sx.set_num_threads(before_threads)
         _core.set_stream_bytes(before_stream)
+        _core.set_wide_stores(before_wide)

@@ -493,7 +493,7 @@ def test_mul_backward_in_parallel_is_thread_independent_and_matches_torch(axis):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("streaming_outputs", ["off", "wide", "narrow"], indirect=True)
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 @pytest.mark.parametrize(
     "data_shape, index_shape, axis",
@@ -508,13 +508,12 @@ def test_mul_backward_in_parallel_is_thread_independent_and_matches_torch(axis):
         ((34_000, 2), (300, 2), 0),
     ],
 )
-def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, axis, dtype, streaming, request):
+def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, axis, dtype, streaming_outputs):
     """Against the literal oracle, and bitwise the same for 1, 2 and 3 threads. Updates and data
     are in {-2, ..., 2} (with imaginary parts for complex): zeros and duplicates abound, and the
-    float64 products stay exact. With `streaming`, dD is written as for a large call (by
-    streaming stores from the pass over the scratch; normally above 32 MB in all)."""
-    if streaming:
-        request.getfixturevalue("streaming_outputs")
+    float64 products stay exact. With streaming outputs (but "off"), dD is written as for a
+    large call (by streaming stores from the pass over the scratch; normally above 32 MB in
+    all)."""
     rng = np.random.default_rng(11)
     size = data_shape[axis]
 
@@ -645,7 +644,7 @@ def test_backward_names_an_index_out_of_bounds_met_by_its_walks(reduction, bad, 
         sx.scatter_elements_vjp(g, d, i, u, 1, reduction)
 
 
-@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("streaming_outputs", ["off", "wide", "narrow"], indirect=True)
 @pytest.mark.parametrize(
     "dtype, data_shape, index_shape",
     [
@@ -655,13 +654,11 @@ def test_backward_names_an_index_out_of_bounds_met_by_its_walks(reduction, bad, 
         (np.float64, (3, 100), (3, 9000)),  # 72 KB of update gradients a row: the row staged, they not
     ],
 )
-def test_none_backward_of_rows_staged_or_not(dtype, data_shape, index_shape, streaming, request):
+def test_none_backward_of_rows_staged_or_not(dtype, data_shape, index_shape, streaming_outputs):
     """The backward of "none" along a last axis, against the literal oracle, bitwise the same on
-    1, 2 and 3 threads. With `streaming`, each row and its update gradients are staged in a
-    per-thread buffer and written out by streaming stores, as in a large call (normally above
-    32 MB in all)."""
-    if streaming:
-        request.getfixturevalue("streaming_outputs")
+    1, 2 and 3 threads. With streaming outputs (but "off"), each row and its update gradients
+    are staged in a per-thread buffer and written out by streaming stores, as in a large call
+    (normally above 32 MB in all)."""
     rng = np.random.default_rng(29)
     size = data_shape[1]
     d = rng.standard_normal(data_shape).astype(dtype)

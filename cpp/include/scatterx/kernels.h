@@ -659,27 +659,104 @@ template <int64_t N> inline void stream_element(char* dst, const char* src) {
 #endif
     std::memcpy(dst, src, size_t(N));
 }
-// `bytes` from src to dst, the 16-byte aligned part of dst by streaming stores. Always inlined,
+// Whether streaming stores move whole 64-byte lines (AVX-512) where a line of the output is
+// whole: a CPU with AVX-512F whose system saves its registers (what __builtin_cpu_supports
+// checks), unless a test has turned it off. A write-combining buffer then fills by one store
+// instead of four: standalone, two threads, 64 MB copied by 4 KB rows (dst 16 bytes past a
+// line) on the Intel machine of stop 41 (AVX-512, 2 MB L2 per core): 16-byte stores 7.46 ms,
+// 64-byte 5.66 (medians of eight rounds, faster in each). The module is built for baseline
+// x86-64, so these stores are written in assembly (stream_line_wide) and chosen at run time.
+inline bool wide_stores_supported() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    static const bool supported = __builtin_cpu_supports("avx512f");
+    return supported;
+#else
+    return false;
+#endif
+}
+inline bool& wide_stores() {
+    static bool on = wide_stores_supported();
+    return on;
+}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// The 64 bytes at src to dst (64-byte aligned) by one streaming store, through zmm16, or (Part)
+// 16 bytes through xmm17 (an EVEX encoding: no SSE instruction runs between the 64-byte stores
+// of a row). Code compiled for baseline x86-64 has no use for registers 16-31; where the
+// compiler may use them (a build for AVX-512), they are named as clobbered. After the 64-byte
+// stores of a call, stream_lines_done zeroes zmm16's upper bits, so that no register is left
+// with dirty upper bits for the SSE code that follows.
+struct alignas(64) StreamLine {
+    char b[64];
+};
+struct alignas(16) StreamPart {
+    char b[16];
+};
+#if defined(__AVX512F__)
+#define SCATTERX_WIDE_CLOBBER(r) : r
+#else
+#define SCATTERX_WIDE_CLOBBER(r)
+#endif
+[[gnu::always_inline]] inline void stream_line_wide(char* dst, const char* src) {
+    asm volatile("vmovdqu64 %1, %%zmm16\n\tvmovntdq %%zmm16, %0"
+                 : "=m"(*reinterpret_cast<StreamLine*>(dst))
+                 : "m"(*reinterpret_cast<const StreamLine*>(src)) SCATTERX_WIDE_CLOBBER("xmm16"));
+}
+[[gnu::always_inline]] inline void stream_part_wide(char* dst, const char* src) {
+    asm volatile("vmovdqu64 %1, %%xmm17\n\tvmovntdq %%xmm17, %0"
+                 : "=m"(*reinterpret_cast<StreamPart*>(dst))
+                 : "m"(*reinterpret_cast<const StreamPart*>(src)) SCATTERX_WIDE_CLOBBER("xmm17"));
+}
+[[gnu::always_inline]] inline void stream_lines_done() {
+    asm volatile("vpxord %%xmm16, %%xmm16, %%xmm16" : : SCATTERX_WIDE_CLOBBER("xmm16"));
+}
+#undef SCATTERX_WIDE_CLOBBER
+#endif
+// A line of zeros, the source of stream_copy<true> (the probe's writes).
+alignas(64) inline constexpr char kZeroLine[64] = {};
+// `bytes` from src to dst (with Zero: zeros; src unused), the 16-byte aligned part of dst by
+// streaming stores, whole lines by 64-byte stores where wide_stores(). Always inlined,
 // with no library call for an end that is already aligned: the gather of the message-passing rows
 // (400000 x 64 float32 from 50000 x 64) calls it once per row, and out of line, with a call to
 // memcpy for each (empty) end, it took 12.1-14.4 ms on two threads against 6.8-7.2 ms inlined
 // (stop 31, three rounds of old and new builds in alternating processes, medians of seven); on
 // one thread 20 ms, where a plain loop of 16-byte streaming stores over the same arrays, in the
 // same process, took 12. The other row copies that use it gained too (docs/performance.md).
+template <bool Zero = false>
 [[gnu::always_inline]] inline void stream_copy(char* dst, const char* src, int64_t bytes) {
+    [[maybe_unused]] auto from = [src](int64_t b) { return Zero ? kZeroLine : src + b; };
 #if defined(__x86_64__)
     const int64_t head = std::min<int64_t>(bytes, int64_t((16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15));
-    if (head > 0) std::memcpy(dst, src, size_t(head));
+    if (head > 0) {
+        if constexpr (Zero) std::memset(dst, 0, size_t(head));
+        else std::memcpy(dst, src, size_t(head));
+    }
     int64_t b = head;
+#if defined(__GNUC__) || defined(__clang__)
+    if (wide_stores() && bytes - b >= 64) {
+        // 16-byte parts up to the first whole line, the lines, the 16-byte parts after them.
+        const int64_t lead = std::min<int64_t>((bytes - b) & ~int64_t(15),
+                                               int64_t(-reinterpret_cast<uintptr_t>(dst + b) & 63));
+        const int64_t lines = (bytes - b - lead) >> 6, parts = ((bytes - b - lead) & 63) >> 4;
+        for (int64_t q = 0; q < lead; q += 16) stream_part_wide(dst + b + q, from(b + q));
+        b += lead;
+        for (int64_t q = 0; q < lines; ++q, b += 64) stream_line_wide(dst + b, from(b));
+        for (int64_t q = 0; q < parts; ++q, b += 16) stream_part_wide(dst + b, from(b));
+        stream_lines_done();
+    }
+#endif
     for (; b + 64 <= bytes; b += 64)
         for (int64_t q = 0; q < 64; q += 16)
             _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b + q),
-                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + b + q)));
+                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(from(b + q))));
     for (; b + 16 <= bytes; b += 16)
-        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + b)));
-    if (b < bytes) std::memcpy(dst + b, src + b, size_t(bytes - b));
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b), _mm_loadu_si128(reinterpret_cast<const __m128i*>(from(b))));
+    if (b < bytes) {
+        if constexpr (Zero) std::memset(dst + b, 0, size_t(bytes - b));
+        else std::memcpy(dst + b, src + b, size_t(bytes - b));
+    }
 #else
-    std::memcpy(dst, src, size_t(bytes));
+    if constexpr (Zero) std::memset(dst, 0, size_t(bytes));
+    else std::memcpy(dst, src, size_t(bytes));
 #endif
 }
 // Four elements of N bytes (4 or 8) to dst, 16-byte aligned, by 16-byte streaming stores. On the
@@ -1485,6 +1562,43 @@ inline bool gather_asks_ahead() { return !cpu_is_intel(); }
 // targets (the gather's, and the backward of max/min's since stop 32).
 inline int64_t rows_ahead(int64_t per_row) { return std::max<int64_t>(1, kGatherAhead / per_row); }
 
+// Rows [j0, j1) of a gather along an outer axis whose index rows each hold one value (a
+// stride-0 index row: message passing; or a materialised one whose rows were found so): out's
+// row j (row_bytes at out + j * ostr) is src's row v (at src + v * sstr), v the normalised
+// index at ip + j * istr; with `far`, the row of the index kPrefetchRows later is asked for
+// (while before ahead_end: the rows after j1 may hold several values, and then the row of
+// their first is asked for in vain). Returns false when an index was out of bounds (its row is
+// not written). A function of its own whose arguments are values: in the kernel's loop, where
+// they were captured variables, the compiler read them again after every store into a row (a
+// store of bytes may alias them). Standalone (two threads, 400000 x 64 float32 rows from 50000
+// x 64, medians of nine calls, ten rounds in alternating processes, stop 41): 17.2 ms in the
+// loop, 15.4 here; 14.6 with 64-byte streaming stores as well (faster in 9 of 10).
+template <class I, bool Stream>
+[[gnu::noinline]] bool gather_whole_rows(const char* ip, int64_t istr, int64_t j0, int64_t j1, const char* src,
+                                         int64_t sstr, int64_t size, char* out, int64_t ostr, int64_t row_bytes,
+                                         bool far, int64_t ahead_end) {
+    bool ok = true;
+    for (int64_t j = j0; j < j1; ++j) {
+        if (far && j + kPrefetchRows < ahead_end) {
+            const I ahead = *reinterpret_cast<const I*>(ip + (j + kPrefetchRows) * istr);
+            if (in_bounds(ahead, size)) prefetch_lines(src + normalise(ahead, size) * sstr, row_bytes);
+        }
+        const I raw = *reinterpret_cast<const I*>(ip + j * istr);
+        if (!in_bounds(raw, size)) [[unlikely]] {
+            ok = false;
+            continue;
+        }
+        const char* row = src + normalise(raw, size) * sstr;
+        if constexpr (Stream) stream_copy(out + j * ostr, row, row_bytes);
+        else std::memcpy(out + j * ostr, row, size_t(row_bytes));
+    }
+    return ok;
+}
+
+// Rows of a materialised index that the gather checks for one value at a time before it copies
+// them (gather_whole_rows).
+inline constexpr int64_t kWholeRows = 32;
+
 // Element size only matters for a gather: it moves bytes. Returns false when an out-of-bounds
 // index was met (its element was not read).
 template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* data, const char* indices, char* out) {
@@ -1550,33 +1664,40 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             if (in[0] == N) warm_rows(p[0], size, dstr, count * N, (j1 - j0) * count);
             const int64_t ahead_rows = rows_ahead(count);
             bool was_constant = false;
+            // Rows [a, b) of one value each, through gather_whole_rows.
+            auto whole_rows = [&](int64_t a, int64_t b) {
+                const bool ok = stream ? gather_whole_rows<I, true>(p[1], astr[1], a, b, p[0], dstr, size, p[2],
+                                                                   astr[2], count * N, far, j1)
+                                       : gather_whole_rows<I, false>(p[1], astr[1], a, b, p[0], dstr, size, p[2],
+                                                                    astr[2], count * N, far, j1);
+                if (!ok) local_bad = true;
+            };
+            if (broadcast) {
+                whole_rows(j0, j1);
+                j0 = j1;  // no rows left for the loop below
+            }
             for (int64_t j = j0; j < j1; ++j) {
                 const I* iv = reinterpret_cast<const I*>(p[1] + j * astr[1]);
                 char* op = p[2] + j * astr[2];
-                if (contiguous || broadcast) {
-                    bool constant = broadcast;
-                    if (!broadcast) {
-                        // A materialised expanded index: while its rows are constant, ask for the
-                        // index rows ahead (a random index leaves at its second element). Against
-                        // a check that stopped at the first difference (stop 29, one process
-                        // alternating, 400000 x 64 int64 rows from 50000 x 64 float32): 37.1 ->
-                        // 33.2 ms, faster in 8 of 8 rounds; gather_max0 26.8 / 27.8 ms, no change.
-                        if (was_constant && j + kVerifyAhead < j1)
-                            prefetch_lines(p[1] + (j + kVerifyAhead) * astr[1], count * int64_t(sizeof(I)));
-                        constant = all_equal<I>(p[1] + j * astr[1], count, in[1]);
-                        was_constant = constant;
+                if (contiguous) {
+                    // A materialised expanded index: the rows from j on that hold one value,
+                    // up to kWholeRows of them, go to gather_whole_rows; a row of several values
+                    // (a random index's first) is gathered element by element below. While rows
+                    // hold one value, the index rows ahead are asked for (a random index leaves
+                    // at its second element). Against a check that stopped at the first
+                    // difference (stop 29, one process alternating, 400000 x 64 int64 rows from
+                    // 50000 x 64 float32): 37.1 -> 33.2 ms, faster in 8 of 8 rounds; gather_max0
+                    // 26.8 / 27.8 ms, no change.
+                    int64_t k = j;
+                    for (const int64_t last = std::min(j1, j + kWholeRows); k < last; ++k) {
+                        if (was_constant && k + kVerifyAhead < j1)
+                            prefetch_lines(p[1] + (k + kVerifyAhead) * astr[1], count * int64_t(sizeof(I)));
+                        was_constant = all_equal<I>(p[1] + k * astr[1], count, in[1]);
+                        if (!was_constant) break;
                     }
-                    if (constant && in_bounds(iv[0], size)) {
-                        if (far && j + kPrefetchRows < j1) {
-                            const I ahead = *reinterpret_cast<const I*>(p[1] + (j + kPrefetchRows) * astr[1]);
-                            if (in_bounds(ahead, size)) {
-                                const char* row = p[0] + normalise(ahead, size) * dstr;
-                                for (int64_t b = 0; b < count * N; b += 64) __builtin_prefetch(row + b);
-                            }
-                        }
-                        const char* row = p[0] + normalise(iv[0], size) * dstr;
-                        if (stream) stream_copy(op, row, count * N);
-                        else std::memcpy(op, row, size_t(count * N));
+                    if (k > j) {
+                        whole_rows(j, k);
+                        j = k - 1;
                         continue;
                     }
                 }
