@@ -1237,9 +1237,16 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
             return rows;
         };
         // Checks up to m more rows of the pending chunks, publishing each once all its rows are.
+        // A pending chunk already checked when its turn comes is passed over: by another thread
+        // that found it unchecked, or by this one, whose next block's look at it (several_in)
+        // came first (at the start of a walk, the chunk after the first).
         auto check_some = [&](int64_t m) {
             while (m > 0 && pnext < npend) {
                 const int64_t k = pend[pnext], j0 = k * kVerifyRows, rows = std::min(kVerifyRows, na - j0);
+                if (prow == 0 && known[k].load(std::memory_order_acquire) != Chunk::unchecked) {
+                    ++pnext;
+                    continue;
+                }
                 const int64_t r = std::min(m, rows - prow);
                 pseveral |= !constant_rows<I>(indices + (j0 + prow) * istr, r, istr, width, rows - prow);
                 prow += r, m -= r;
