@@ -385,16 +385,11 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
             assert _core.touch(table, positions, span, True, ahead, np.zeros(10, np.uint8), split) == want
             if split == "ranges":
                 # A stream the kernel writes is written whole (reads nothing from it), each line
-                # by one thread, into a stream of any length and alignment, by 64-byte streaming
-                # stores (where the CPU has them) or 16-byte ones.
+                # by one thread, into a stream of any length and alignment.
                 for written in (np.ones(1_000_003, np.uint8), np.ones(8 * positions.size + 1, np.uint8)[1:]):
-                    for write, wide in itertools.product((False, True), (False, _core.wide_stores_supported())):
+                    for write in (False, True):
                         written[:] = 1
-                        before_wide = _core.set_wide_stores(wide)
-                        try:
-                            assert _core.touch(table, positions, span, write, ahead, written, "ranges", True) == want
-                        finally:
-                            _core.set_wide_stores(before_wide)
+                        assert _core.touch(table, positions, span, write, ahead, written, "ranges", True) == want
                         assert not written.any()
     finally:
         sx.set_num_threads(previous)

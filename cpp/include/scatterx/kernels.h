@@ -664,8 +664,11 @@ template <int64_t N> inline void stream_element(char* dst, const char* src) {
 // checks), unless a test has turned it off. A write-combining buffer then fills by one store
 // instead of four: standalone, two threads, 64 MB copied by 4 KB rows (dst 16 bytes past a
 // line) on the Intel machine of stop 41 (AVX-512, 2 MB L2 per core): 16-byte stores 7.46 ms,
-// 64-byte 5.66 (medians of eight rounds, faster in each). The module is built for baseline
-// x86-64, so these stores are written in assembly (stream_line_wide) and chosen at run time.
+// 64-byte 5.66 (medians of eight rounds, faster in each). In scatterx, one process, the two
+// ways in turn: gather_mp 14.30 -> 12.22 ms (faster in 12 of 12 rounds), vjp_add 14.15 ->
+// 12.60 (10 of 12), mid_mul 4.94 -> 4.50 (16 of 20); the staged writes of rows_none and
+// vjp_none no faster (docs/performance.md, stop 41). The module is built for baseline x86-64,
+// so these stores are written in assembly (stream_line_wide) and chosen at run time.
 inline bool wide_stores_supported() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     static const bool supported = __builtin_cpu_supports("avx512f");
@@ -711,25 +714,18 @@ struct alignas(16) StreamPart {
 }
 #undef SCATTERX_WIDE_CLOBBER
 #endif
-// A line of zeros, the source of stream_copy<true> (the probe's writes).
-alignas(64) inline constexpr char kZeroLine[64] = {};
-// `bytes` from src to dst (with Zero: zeros; src unused), the 16-byte aligned part of dst by
-// streaming stores, whole lines by 64-byte stores where wide_stores(). Always inlined,
+// `bytes` from src to dst, the 16-byte aligned part of dst by streaming stores, whole lines by
+// 64-byte stores where wide_stores(). Always inlined,
 // with no library call for an end that is already aligned: the gather of the message-passing rows
 // (400000 x 64 float32 from 50000 x 64) calls it once per row, and out of line, with a call to
 // memcpy for each (empty) end, it took 12.1-14.4 ms on two threads against 6.8-7.2 ms inlined
 // (stop 31, three rounds of old and new builds in alternating processes, medians of seven); on
 // one thread 20 ms, where a plain loop of 16-byte streaming stores over the same arrays, in the
 // same process, took 12. The other row copies that use it gained too (docs/performance.md).
-template <bool Zero = false>
 [[gnu::always_inline]] inline void stream_copy(char* dst, const char* src, int64_t bytes) {
-    [[maybe_unused]] auto from = [src](int64_t b) { return Zero ? kZeroLine : src + b; };
 #if defined(__x86_64__)
     const int64_t head = std::min<int64_t>(bytes, int64_t((16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15));
-    if (head > 0) {
-        if constexpr (Zero) std::memset(dst, 0, size_t(head));
-        else std::memcpy(dst, src, size_t(head));
-    }
+    if (head > 0) std::memcpy(dst, src, size_t(head));
     int64_t b = head;
 #if defined(__GNUC__) || defined(__clang__)
     if (wide_stores() && bytes - b >= 64) {
@@ -737,26 +733,22 @@ template <bool Zero = false>
         const int64_t lead = std::min<int64_t>((bytes - b) & ~int64_t(15),
                                                int64_t(-reinterpret_cast<uintptr_t>(dst + b) & 63));
         const int64_t lines = (bytes - b - lead) >> 6, parts = ((bytes - b - lead) & 63) >> 4;
-        for (int64_t q = 0; q < lead; q += 16) stream_part_wide(dst + b + q, from(b + q));
+        for (int64_t q = 0; q < lead; q += 16) stream_part_wide(dst + b + q, src + b + q);
         b += lead;
-        for (int64_t q = 0; q < lines; ++q, b += 64) stream_line_wide(dst + b, from(b));
-        for (int64_t q = 0; q < parts; ++q, b += 16) stream_part_wide(dst + b, from(b));
+        for (int64_t q = 0; q < lines; ++q, b += 64) stream_line_wide(dst + b, src + b);
+        for (int64_t q = 0; q < parts; ++q, b += 16) stream_part_wide(dst + b, src + b);
         stream_lines_done();
     }
 #endif
     for (; b + 64 <= bytes; b += 64)
         for (int64_t q = 0; q < 64; q += 16)
             _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b + q),
-                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(from(b + q))));
+                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + b + q)));
     for (; b + 16 <= bytes; b += 16)
-        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b), _mm_loadu_si128(reinterpret_cast<const __m128i*>(from(b))));
-    if (b < bytes) {
-        if constexpr (Zero) std::memset(dst + b, 0, size_t(bytes - b));
-        else std::memcpy(dst + b, src + b, size_t(bytes - b));
-    }
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + b)));
+    if (b < bytes) std::memcpy(dst + b, src + b, size_t(bytes - b));
 #else
-    if constexpr (Zero) std::memset(dst, 0, size_t(bytes));
-    else std::memcpy(dst, src, size_t(bytes));
+    std::memcpy(dst, src, size_t(bytes));
 #endif
 }
 // Four elements of N bytes (4 or 8) to dst, 16-byte aligned, by 16-byte streaming stores. On the

@@ -61,8 +61,7 @@ template <class P> struct TouchRange {
         uint64_t sum = 0;
         // Read: one byte of each line that the share touches (the first may be the previous
         // share's last). Written: each line that starts in the share, whole (so that no line is
-        // written by two threads), zeros, by streaming stores as a kernel writes its rows
-        // (stream_copy: 64-byte stores for the lines of memory that lie whole in a block's part).
+        // written by two threads), by streaming stores where it lies within the stream.
         const bool written = stream_written;
         char* const out = const_cast<char*>(stream);
         int64_t s = written ? (share_end(lo) + 63) & ~int64_t(63) : share_end(lo) & ~int64_t(63);
@@ -71,11 +70,7 @@ template <class P> struct TouchRange {
                 // The stream's share of the block of positions that starts here, a line at a time.
                 const int64_t to = share_end(std::min(hi, (k | (kStreamBlock - 1)) + 1));
                 if (written) {
-                    if (s < to) {
-                        const int64_t e = std::min<int64_t>(sbytes, (to + 63) & ~int64_t(63));
-                        stream_copy<true>(out + s, nullptr, e - s);
-                        s = e;
-                    }
+                    for (; s < to; s += 64) write_line(out + s, std::min<int64_t>(64, sbytes - s));
                 } else {
                     for (; s < to; s += 64) sum += uint8_t(*static_cast<const volatile char*>(stream + s));
                 }
@@ -223,6 +218,18 @@ template <class P> struct TouchRange {
         return sum;
     }
 
+    // `bytes` (at most 64) of zeros from p, p 64-byte aligned relative to the stream: by four
+    // 16-byte streaming stores when the line is whole and aligned, else by plain stores.
+    static void write_line(char* p, int64_t bytes) {
+#if defined(__x86_64__)
+        if (bytes == 64 && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+            const __m128i z = _mm_setzero_si128();
+            for (int q = 0; q < 4; ++q) _mm_stream_si128(reinterpret_cast<__m128i*>(p + 16 * q), z);
+            return;
+        }
+#endif
+        std::memset(p, 0, size_t(bytes));
+    }
 };
 
 // How the threads share a probe's accesses. A kernel may deal out the updates by contiguous
