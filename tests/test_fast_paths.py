@@ -509,15 +509,18 @@ def test_gather_of_random_rows_beyond_the_cache(restore_threads, threads, index_
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_streaming_gather_along_a_middle_axis(streaming_outputs, restore_threads, threads, dtype, index_dtype):
-    """The gather along an outer axis writes four elements of 4 or 8 bytes per 16-byte streaming
-    store (stream_gather_run): rows of 50 (not a multiple of four), negative indices among the
-    fours, into an output 16-byte aligned or one element off; a bad index inside a four is
-    skipped there and raises."""
+@pytest.mark.parametrize("columns", [50, 300])
+def test_streaming_gather_along_a_middle_axis(streaming_outputs, restore_threads, threads, dtype, index_dtype,
+                                              columns):
+    """The gather along an outer axis gathers a row's elements a run of 512 bytes at a time into
+    a buffer that streaming stores write out (stream_gather_row): rows of 50 (one run, not a
+    multiple of four) and of 300 (several runs: 128 float32 or 64 float64 each), negative indices
+    among them, into an output aligned or one element off; a bad index in a later run of a row
+    is skipped there and raises."""
     sx.set_num_threads(threads)
     rng = np.random.default_rng(17)
-    data = (rng.standard_normal((6, 80, 50)) * 100).astype(dtype)
-    indices = rng.integers(-80, 80, (6, 41, 50)).astype(index_dtype)
+    data = (rng.standard_normal((6, 80, columns)) * 100).astype(dtype)
+    indices = rng.integers(-80, 80, (6, 41, columns)).astype(index_dtype)
     want = np.take_along_axis(data, indices, 1)
     for offset in (0, 1):
         buffer = np.zeros(want.size + 1, dtype)
@@ -525,9 +528,41 @@ def test_streaming_gather_along_a_middle_axis(streaming_outputs, restore_threads
         got = sx.gather_elements(data, indices, 1, out=out)
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
         assert buffer[want.size if offset == 0 else 0] == 0  # nothing written outside out
-    indices[4, 17, 22] = 80
-    with pytest.raises(IndexError, match=r"index 80 at indices\[4, 17, 22\]"):
+    column = columns - 3
+    indices[4, 17, column] = 80
+    with pytest.raises(IndexError, match=rf"index 80 at indices\[4, 17, {column}\]"):
         sx.gather_elements(data, indices, 1)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.float32, np.float64, np.complex128])
+@pytest.mark.parametrize("shape", ["fiber", "rows"])
+def test_streaming_gather_into_every_offset_of_a_line(streaming_outputs, dtype, shape):
+    """A streamed gather's runs after the first start on a line of the output (stream_runs):
+    outputs that start at every element offset in a 64-byte line (for complex128 also at the
+    8-byte offsets that are no multiple of its size), fibers and rows longer than a run and one
+    shorter, against NumPy; nothing is written outside the output."""
+    rng = np.random.default_rng(29)
+    item = np.dtype(dtype).itemsize
+    if shape == "fiber":
+        data = (rng.standard_normal(700) * 50).astype(dtype)
+        indices, axis = rng.integers(-700, 700, 1500), 0
+    else:
+        data = (rng.standard_normal((40, 700)) * 50).astype(dtype)
+        indices, axis = rng.integers(-40, 40, (3, 700)), 0
+    short = indices[..., :5]
+    table = data if shape == "fiber" else data[:, :5]  # NumPy takes an index as wide as the table
+    cases = [(indices, np.take_along_axis(data, indices, axis)), (short, np.take_along_axis(table, short, axis))]
+    steps = [8 * k for k in range(8)] if item == 16 else [item * k for k in range(64 // item)]
+    for index, wanted in cases:
+        for step in steps:
+            raw = np.zeros(wanted.nbytes + 128, np.uint8)
+            start = (-raw.ctypes.data) % 64 + step
+            out = raw[start:start + wanted.nbytes].view(dtype).reshape(wanted.shape)
+            if not out.flags.aligned:
+                continue
+            got = sx.gather_elements(data, index, axis, out=out)
+            np.testing.assert_array_equal(got.view(np.uint8), wanted.view(np.uint8))
+            assert not raw[:start].any() and not raw[start + wanted.nbytes:].any()
 
 
 def test_streaming_gather_with_a_bad_index_raises(streaming_outputs):

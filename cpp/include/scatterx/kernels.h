@@ -638,27 +638,6 @@ inline bool streams(int64_t footprint) { return footprint > stream_bytes(); }
 // 19 found gathers slower streaming on Emerald Rapids too).
 inline int64_t bulk_stream_bytes() { return std::min(stream_bytes(), kStreamBytes); }
 inline bool streams_bulk(int64_t footprint) { return footprint > bulk_stream_bytes(); }
-// One element of N bytes from src to dst, without reading dst's line into the cache.
-template <int64_t N> inline void stream_element(char* dst, const char* src) {
-#if defined(__x86_64__)
-    if constexpr (N % 8 == 0) {
-        for (int64_t b = 0; b < N; b += 8) {
-            long long v;
-            std::memcpy(&v, src + b, 8);
-            _mm_stream_si64(reinterpret_cast<long long*>(dst + b), v);
-        }
-        return;
-    } else if constexpr (N % 4 == 0) {
-        for (int64_t b = 0; b < N; b += 4) {
-            int v;
-            std::memcpy(&v, src + b, 4);
-            _mm_stream_si32(reinterpret_cast<int*>(dst + b), v);
-        }
-        return;
-    }
-#endif
-    std::memcpy(dst, src, size_t(N));
-}
 // Whether streaming stores move whole 64-byte lines (AVX-512) where a line of the output is
 // whole: a CPU with AVX-512F whose system saves its registers (what __builtin_cpu_supports
 // checks), unless a test has turned it off. A write-combining buffer then fills by one store
@@ -751,67 +730,6 @@ struct alignas(16) StreamPart {
     std::memcpy(dst, src, size_t(bytes));
 #endif
 }
-// Four elements of N bytes (4 or 8) to dst, 16-byte aligned, by 16-byte streaming stores. On the
-// Zen 3 machine a stream written 8 bytes per streaming store moved slower than one written 32
-// bytes per store (standalone, two threads, 80 MB of int64 read and written: 9.7-12.1 against
-// 6.5-8.0 ms; medians of 11 calls, five and three runs); a gather along an outer axis wrote one
-// element (4 bytes) per store.
-template <int64_t N> inline void stream_four(char* dst, const char* a, const char* b, const char* c, const char* d) {
-#if defined(__x86_64__)
-    if constexpr (N == 4) {
-        int x0, x1, x2, x3;
-        std::memcpy(&x0, a, 4), std::memcpy(&x1, b, 4), std::memcpy(&x2, c, 4), std::memcpy(&x3, d, 4);
-        _mm_stream_si128(reinterpret_cast<__m128i*>(dst), _mm_setr_epi32(x0, x1, x2, x3));
-        return;
-    } else if constexpr (N == 8) {
-        long long x0, x1, x2, x3;
-        std::memcpy(&x0, a, 8), std::memcpy(&x1, b, 8), std::memcpy(&x2, c, 8), std::memcpy(&x3, d, 8);
-        _mm_stream_si128(reinterpret_cast<__m128i*>(dst), _mm_set_epi64x(x1, x0));
-        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), _mm_set_epi64x(x3, x2));
-        return;
-    }
-#endif
-    stream_element<N>(dst, a), stream_element<N>(dst + N, b), stream_element<N>(dst + 2 * N, c),
-        stream_element<N>(dst + 3 * N, d);
-}
-// out[k] = the N bytes at src + k * N + v * stride for v the normalised value of iv[k], k < n
-// (a row of fibers gathered along an outer axis), by streaming stores; elements of 4 or 8 bytes
-// four at a time by 16-byte stores where out allows it (as in gather_fiber_at, the four indices
-// share one branch). An out-of-bounds index is skipped and sets `bad`. Used by the gather along
-// an outer axis (stop 24, one process alternating with the element-by-element stores, two
-// threads, medians of seven calls: gather_mid 4.62 -> 4.31 ms, faster in 10 of 12 rounds;
-// gather_max0 25.7 -> 23.3 ms, 8 of 12; old and new builds in alternating processes: gather_mid
-// 4.45 -> 3.30 ms, 5 of 6 rounds; gather_max0 22.7 -> 21.8, 6 of 8). For a 1-D gather of float64
-// (gather_fiber_at) the same stores measured no gain (11.9 / 11.7 ms, 2 of 10 rounds faster).
-template <int64_t N, class I>
-inline void stream_gather_run(const I* iv, int64_t n, int64_t size, bool& bad, char* out, const char* src,
-                              int64_t stride) {
-    auto at = [src, stride](int64_t k, int64_t v) { return src + k * N + v * stride; };
-    auto one = [&](int64_t from, int64_t count) {
-        each_index(iv + from, count, size, bad,
-                   [&](int64_t q, int64_t v) { stream_element<N>(out + (from + q) * N, at(from + q, v)); });
-    };
-    int64_t k = 0;
-    if constexpr (N == 4 || N == 8) {
-        const int64_t head = int64_t((16 - (reinterpret_cast<uintptr_t>(out) & 15)) & 15);
-        if (head % N == 0) {
-            k = std::min<int64_t>(n, head / N);
-            one(0, k);
-            const uint64_t limit = uint64_t(size);
-            for (; k + 4 <= n; k += 4) {
-                const uint64_t a = uint64_t(int64_t(iv[k])), b = uint64_t(int64_t(iv[k + 1]));
-                const uint64_t c = uint64_t(int64_t(iv[k + 2])), d = uint64_t(int64_t(iv[k + 3]));
-                if ((a < limit) & (b < limit) & (c < limit) & (d < limit)) [[likely]]
-                    stream_four<N>(out + k * N, at(k, int64_t(a)), at(k + 1, int64_t(b)), at(k + 2, int64_t(c)),
-                                   at(k + 3, int64_t(d)));
-                else
-                    one(k, 4);
-            }
-        }
-    }
-    one(k, n - k);
-}
-
 // Orders a thread's streaming stores before what follows (the pool's completion signal).
 inline void stream_fence() {
 #if defined(__x86_64__)
@@ -1472,7 +1390,7 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
     return !bad.load();
 }
 
-// gather_fiber_at asks for its index stream this many bytes ahead, although it is read in order:
+// gather_elements_at asks for its index stream this many bytes ahead, although it is read in order:
 // on the Zen 3 machine the hardware prefetcher alone left the walk waiting on it (stop 24, one
 // process alternating, two threads, medians of seven calls: gather 1e7 float64 from 1e5
 // (gather_hist) 13.4 -> 11.0 ms, faster in 9 of 10 rounds; 256 / 512 / 2048 bytes ahead 12.6 /
@@ -1483,28 +1401,26 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
 // walks measured no gain.
 inline constexpr int64_t kGatherIndexAheadBytes = 1024;
 
-// One contiguous fiber of a gather: out[j] = the N bytes at src + v * stride, v the normalised
-// value of iv[j], for j in [0, n); an out-of-bounds index is skipped and makes it return false.
-// The lines [next, next + 64 * lines) of a later fiber are prefetched along the way, spread
-// over the fiber. Four indices share one branch. A function of its own, not inlined: in the
-// module's large translation unit the loop written inline in the kernel ran 1.4x slower than
-// compiled alone (last-axis gather of 4096 x 256 from 4096 x 1024 float16, two threads: 1.05-1.10
-// ms inline, 0.73-0.76 ms with the compiler's inlining limits raised, 0.64-0.72 ms as this).
-// With `Stream`, out is written by streaming stores (the caller fences).
-template <int64_t N, class I, bool Stream, class Stride>
-inline bool gather_fiber_at(const I* iv, int64_t n, const char* src, Stride stride, char* out, int64_t size,
-                            const char* next, int64_t lines) {
-    auto put = [](char* dst, const char* from) {
-        if constexpr (Stream) stream_element<N>(dst, from);
-        else std::memcpy(dst, from, size_t(N));
-    };
+// Elements of a gather: out[j] = the N bytes at src + j * step + v * stride, v the normalised
+// value of iv[j], for j in [0, n) (step 0: the elements of one fiber, a contiguous one along the
+// axis; step N: a row of fibers gathered along an outer axis, element j from fiber j); an
+// out-of-bounds index is skipped and makes it return false. The lines [next, next + 64 * lines)
+// of a later fiber are prefetched along the way, spread over the elements. Four indices share
+// one branch. Its callers are functions of their own, not inlined: in the module's large
+// translation unit the loop written inline in the kernel ran 1.4x slower than compiled alone
+// (last-axis gather of 4096 x 256 from 4096 x 1024 float16, two threads: 1.05-1.10 ms inline,
+// 0.73-0.76 ms with the compiler's inlining limits raised, 0.64-0.72 ms as one).
+template <int64_t N, class I, class Stride, class Step>
+inline bool gather_elements_at(const I* iv, int64_t n, const char* src, Stride stride, Step step, char* out,
+                               int64_t size, const char* next, int64_t lines) {
     const uint64_t limit = uint64_t(size);
     const int64_t per = lines > 0 ? std::max<int64_t>(1, (4 * lines + n - 1) / std::max<int64_t>(n, 1)) : 0;
     int64_t line = 0;
     bool bad = false;
+    auto put = [&](int64_t j, int64_t v) { std::memcpy(out + j * N, src + j * step + v * stride, size_t(N)); };
     // Indices [j, j + count) one by one, negative ones and bad ones included.
     auto each = [&](int64_t j, int64_t count) {
-        each_index(iv + j, count, size, bad, [&](int64_t q, int64_t v) { put(out + (j + q) * N, src + v * stride); });
+        each_index(iv + j, count, size, bad, [&](int64_t q, int64_t v) { put(j + q, v); });
     };
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
@@ -1513,10 +1429,7 @@ inline bool gather_fiber_at(const I* iv, int64_t n, const char* src, Stride stri
         const uint64_t a = uint64_t(int64_t(iv[j])), b = uint64_t(int64_t(iv[j + 1]));
         const uint64_t c = uint64_t(int64_t(iv[j + 2])), d = uint64_t(int64_t(iv[j + 3]));
         if ((a < limit) & (b < limit) & (c < limit) & (d < limit)) [[likely]] {
-            put(out + j * N, src + int64_t(a) * stride);
-            put(out + (j + 1) * N, src + int64_t(b) * stride);
-            put(out + (j + 2) * N, src + int64_t(c) * stride);
-            put(out + (j + 3) * N, src + int64_t(d) * stride);
+            put(j, int64_t(a)), put(j + 1, int64_t(b)), put(j + 2, int64_t(c)), put(j + 3, int64_t(d));
         } else {
             each(j, 4);
         }
@@ -1525,14 +1438,71 @@ inline bool gather_fiber_at(const I* iv, int64_t n, const char* src, Stride stri
     if (line < lines) prefetch_lines(next + 64 * line, 64 * (lines - line));
     return !bad;
 }
+
+// A gather whose output is written by streaming stores gathers its elements a run of this many
+// bytes at a time into a buffer (in L1), which stream_copy writes out: whole lines by one 64-byte
+// store each where the CPU has them, instead of one streaming store per element. Standalone, two
+// threads, 1e7 float64 gathered from 1e5 (gather_hist), medians of nine calls, eight rounds in
+// one process (stop 42, the Intel machine): one 8-byte store per element 18.8-19.4 ms; runs of
+// 64 elements 14.6-14.8 with 64-byte stores, 16.8-17.0 with 16-byte ones; runs of 32 elements
+// 14.1-16.0, of 256 15.3-16.3.
+inline constexpr int64_t kGatherRunBytes = 512;
+// Elements [0, n) of a gather into out by streaming stores (the caller fences), a run at a time:
+// fill(j0, m, buf) gathers elements [j0, j0 + m) into buf and returns false when one of their
+// indices was out of bounds; such a run is not written (the call fails, and its output is
+// either new and dropped or never written: a caller's `out` has every index checked first).
+// The runs after the first start on a line of out where the element size allows.
+template <int64_t N, class Fill> inline bool stream_runs(int64_t n, char* out, Fill&& fill) {
+    alignas(64) char buf[kGatherRunBytes];
+    constexpr int64_t run = kGatherRunBytes / N;
+    const int64_t offset = int64_t(reinterpret_cast<uintptr_t>(out) & 63);
+    bool ok = true;
+    for (int64_t j0 = 0, m = std::min(n, offset % N == 0 ? run - offset / N : run); j0 < n;
+         j0 += m, m = std::min(run, n - j0)) {
+        if (fill(j0, m, buf))
+            stream_copy(out + j0 * N, buf, m * N);
+        else
+            ok = false;
+    }
+    return ok;
+}
+
+// One contiguous fiber of a gather (gather_elements_at, step 0); with `Stream`, out is written by
+// streaming stores, a run at a time (stream_runs; the caller fences), and the prefetch of the
+// later fiber's lines is shared out over the runs.
 template <int64_t N, class I, bool Stream>
 [[gnu::noinline]] bool gather_fiber(const I* iv, int64_t n, const char* src, int64_t stride, char* out,
                                     int64_t size, const char* next, int64_t lines) {
-    // Adjacent elements (a last-axis gather): the stride as a constant, which the addressing
-    // folds into a scaled index instead of a multiplication per element.
-    if (stride == N)
-        return gather_fiber_at<N, I, Stream>(iv, n, src, std::integral_constant<int64_t, N>{}, out, size, next, lines);
-    return gather_fiber_at<N, I, Stream>(iv, n, src, stride, out, size, next, lines);
+    constexpr std::integral_constant<int64_t, 0> along;
+    auto fiber = [&](const I* ip, int64_t m, char* to, const char* nx, int64_t nl) {
+        // Adjacent elements (a last-axis gather): the stride as a constant, which the addressing
+        // folds into a scaled index instead of a multiplication per element.
+        if (stride == N)
+            return gather_elements_at<N, I>(ip, m, src, std::integral_constant<int64_t, N>{}, along, to, size, nx, nl);
+        return gather_elements_at<N, I>(ip, m, src, stride, along, to, size, nx, nl);
+    };
+    if constexpr (!Stream) {
+        return fiber(iv, n, out, next, lines);
+    } else {
+        return stream_runs<N>(n, out, [&](int64_t j0, int64_t m, char* buf) {
+            const int64_t l0 = lines * j0 / n, l1 = lines * (j0 + m) / n;
+            return fiber(iv + j0, m, buf, next ? next + 64 * l0 : next, l1 - l0);
+        });
+    }
+}
+
+// A row of fibers gathered along an outer axis by streaming stores (the caller fences): out[k] =
+// the N bytes at src + k * N + v * stride, v the normalised value of iv[k], for k in [0, n), a
+// run at a time (stream_runs). Returns false when an index was out of bounds. Used by the
+// gather along an outer axis since stop 24 (then by 16-byte stores of four elements: gather_mid
+// 4.45 -> 3.30 ms against one store per element).
+template <int64_t N, class I>
+[[gnu::noinline]] bool stream_gather_row(const I* iv, int64_t n, int64_t size, char* out, const char* src,
+                                         int64_t stride) {
+    constexpr std::integral_constant<int64_t, N> step;
+    return stream_runs<N>(n, out, [&](int64_t k0, int64_t m, char* buf) {
+        return gather_elements_at<N, I>(iv + k0, m, src + k0 * N, stride, step, buf, size, nullptr, 0);
+    });
 }
 
 // A gather along an outer axis from rows beyond the cache (`far`) asks for the random source
@@ -1709,7 +1679,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                                 __builtin_prefetch(p[0] + k * N + normalise(later[k], size) * dstr);
                     }
                     if (stream) {
-                        stream_gather_run<N>(iv, count, size, local_bad, op, p[0], dstr);
+                        if (!stream_gather_row<N, I>(iv, count, size, op, p[0], dstr)) local_bad = true;
                     } else {
                         each_index(iv, count, size, local_bad, [&](int64_t k, int64_t v) {
                             std::memcpy(op + k * N, p[0] + k * N + v * dstr, size_t(N));
