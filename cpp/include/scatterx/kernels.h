@@ -1521,15 +1521,23 @@ template <int64_t N, class I>
 // 32 ahead 21.8 / 17.2 / 17.5 ms (six rounds), 22.1 / 19.2 / 20.1 (eight rounds; none faster
 // than 64 in 5 of 8), while the backward of max/min, whose walks also take rows_ahead, needs
 // it there (vjp_max 74.7 / 102.0 / 75.7, vjp_min 81.0 / 127.3 / 79.5). So on Intel CPUs the
-// gather along an outer axis asks for no random source elements ahead (gather_asks_ahead; the
+// gather along an outer axis asks for no random source elements ahead (until stop 42, below; the
 // rows of one target of message passing are still asked for, kPrefetchRows ahead). Old and new
 // builds in alternating processes, eight rounds: gather_max0 20.1 -> 17.1 ms (faster in 8 of 8),
-// gather_mid 1.35 / 1.40 (4 of 8; its rows are in the cache, not asked for either way).
+// gather_mid 1.35 / 1.40 (4 of 8; its rows are in the cache, not asked for either way). Stop 42,
+// the same Intel machine, with a row's elements gathered into a buffer (stream_runs), one build
+// with a switch, one process, ten rounds twice: none / 32 / 64 / 128 / 256 elements ahead 46.4 /
+// 29.1 / 35.2 / 34.5 / 35.1 ms and 42.6 / 29.0 / 31.3 / 31.1 / 32.1, 32 ahead faster than none
+// in 20 of 20 rounds (in stop 35's measurement 32 ahead had cost nothing). So Intel CPUs ask for
+// the elements kGatherAheadIntel ahead (gather_rows_ahead), other CPUs kGatherAhead ahead.
 inline constexpr int64_t kGatherAhead = 64;
-inline bool gather_asks_ahead() { return !cpu_is_intel(); }
+inline constexpr int64_t kGatherAheadIntel = 32;
 // The rows ahead that hold about kGatherAhead elements, for a walk of rows of `per_row` random
-// targets (the gather's, and the backward of max/min's since stop 32).
+// targets (the backward of max/min's since stop 32); for the gather's, gather_rows_ahead.
 inline int64_t rows_ahead(int64_t per_row) { return std::max<int64_t>(1, kGatherAhead / per_row); }
+inline int64_t gather_rows_ahead(int64_t per_row) {
+    return std::max<int64_t>(1, (cpu_is_intel() ? kGatherAheadIntel : kGatherAhead) / per_row);
+}
 
 // Rows [j0, j1) of a gather along an outer axis whose index rows each hold one value (a
 // stride-0 index row: message passing; or a materialised one whose rows were found so): out's
@@ -1631,7 +1639,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             // 4.5 / 3.2 / 3.5 ms in three rounds; gathers of other shapes unchanged). Only rows
             // whose `count` elements are contiguous (else the row's bytes are not all data's).
             if (in[0] == N) warm_rows(p[0], size, dstr, count * N, (j1 - j0) * count);
-            const int64_t ahead_rows = rows_ahead(count);
+            const int64_t ahead_rows = gather_rows_ahead(count);
             bool was_constant = false;
             // Rows [a, b) of one value each, through gather_whole_rows.
             auto whole_rows = [&](int64_t a, int64_t b) {
@@ -1671,7 +1679,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                     }
                 }
                 if (contiguous) {
-                    if (far && gather_asks_ahead() && j + ahead_rows < j1) {
+                    if (far && j + ahead_rows < j1) {
                         // Random source elements beyond the cache: ask for those of a later row.
                         const I* later = reinterpret_cast<const I*>(p[1] + (j + ahead_rows) * astr[1]);
                         for (int64_t k = 0; k < count; ++k)
