@@ -1529,14 +1529,19 @@ template <int64_t N, class I>
 // with a switch, one process, ten rounds twice: none / 32 / 64 / 128 / 256 elements ahead 46.4 /
 // 29.1 / 35.2 / 34.5 / 35.1 ms and 42.6 / 29.0 / 31.3 / 31.1 / 32.1, 32 ahead faster than none
 // in 20 of 20 rounds (in stop 35's measurement 32 ahead had cost nothing). So Intel CPUs ask for
-// the elements kGatherAheadIntel ahead (gather_rows_ahead), other CPUs kGatherAhead ahead.
+// the elements kGatherAheadIntel ahead (gather_ahead), other CPUs kGatherAhead ahead. Stop 43,
+// on a Zen 5 virtual machine (1 MB of L2 per core, 32 MB of L3), one build with a switch, one
+// process: none / 32 / 64 elements ahead 4.88 / 5.01 / 5.00 ms (sixteen rounds; none faster
+// than 64 in 10, 32 in 8), 128 / 256 / 512 ahead 6.11 / 12.2 / 12.5 against 5.78 (ten rounds):
+// kGatherAhead stays.
 inline constexpr int64_t kGatherAhead = 64;
 inline constexpr int64_t kGatherAheadIntel = 32;
-// The rows ahead that hold about kGatherAhead elements, for a walk of rows of `per_row` random
-// targets (the backward of max/min's since stop 32); for the gather's, gather_rows_ahead.
-inline int64_t rows_ahead(int64_t per_row) { return std::max<int64_t>(1, kGatherAhead / per_row); }
-inline int64_t gather_rows_ahead(int64_t per_row) {
-    return std::max<int64_t>(1, (cpu_is_intel() ? kGatherAheadIntel : kGatherAhead) / per_row);
+inline int64_t gather_ahead() { return cpu_is_intel() ? kGatherAheadIntel : kGatherAhead; }
+// The rows ahead that hold about `elements` random targets, for a walk of rows of `per_row`
+// of them: kGatherAhead for the backward of max/min's (since stop 32), gather_ahead() for the
+// gather's.
+inline int64_t rows_ahead(int64_t per_row, int64_t elements = kGatherAhead) {
+    return std::max<int64_t>(1, elements / per_row);
 }
 
 // Rows [j0, j1) of a gather along an outer axis whose index rows each hold one value (a
@@ -1639,7 +1644,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             // 4.5 / 3.2 / 3.5 ms in three rounds; gathers of other shapes unchanged). Only rows
             // whose `count` elements are contiguous (else the row's bytes are not all data's).
             if (in[0] == N) warm_rows(p[0], size, dstr, count * N, (j1 - j0) * count);
-            const int64_t ahead_rows = gather_rows_ahead(count);
+            const int64_t ahead_rows = rows_ahead(count, gather_ahead());
             bool was_constant = false;
             // Rows [a, b) of one value each, through gather_whole_rows.
             auto whole_rows = [&](int64_t a, int64_t b) {
