@@ -748,6 +748,20 @@ inline constexpr int64_t kReadAheadMin = int64_t(1) << 20;  // fiber length that
 inline constexpr int64_t kReadLeadBytes = int64_t(256) << 10;
 inline constexpr int64_t kProgressStep = 8192;              // elements between progress stores
 
+// A contiguous fiber whose targets fit in the cache (a 1-D histogram) asks for its index and
+// update streams kFiberStreamAhead elements ahead, kFiberStreamBlock elements at a time: the
+// hardware prefetcher alone let the ordered adds wait on the streams. Stop 43, a Zen 5 virtual
+// machine (1 MB of L2 per core, 32 MB of L3; one thread reads the two streams of hist_add,
+// 160 MB, in 7.5 ms), one build with a switch, three processes of three rounds, medians of five
+// calls: hist_add on one thread 13.7 / 14.0 / 13.8 -> 8.2 / 8.2 / 7.7 ms at 256 elements ahead
+// (128: 9.7-12.0, 512: 6.9-9.6, 1024: 7.1-9.3), on two threads (with the reader) 8.9 / 7.5 /
+// 14.5 -> 6.4 / 6.5 / 8.6; hist_add_i32 on one thread 11.5-12.4 -> 6.9-7.0, on two 6.1-7.1 ->
+// 6.1-6.2. The reader alone had given two threads 5.7-12.6 ms from one process to the next
+// (on one thread always about 14). rows_none (fibers of 256, none asked for) unchanged: 1.00 /
+// 1.00 ms, rows_none_i32 0.91 / 0.89, rows_none_f16 0.36 / 0.38 (eight rounds).
+inline constexpr int64_t kFiberStreamAhead = 256;
+inline constexpr int64_t kFiberStreamBlock = 64;
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -809,7 +823,17 @@ template <class T, class I, Reduction R> struct ScatterBlock {
             for (int64_t c0 = 0; c0 < na; c0 += step) {
                 const int64_t c1 = std::min(na, c0 + step);
                 if (!far) {
-                    each_index(iv + c0, c1 - c0, size, *bad, [&](int64_t j, int64_t v) { Reducer<R>::apply(ov[v], uv[c0 + j]); });
+                    // The streams asked for ahead (kFiberStreamAhead), a block at a time.
+                    for (int64_t b0 = c0; b0 < c1; b0 += kFiberStreamBlock) {
+                        const int64_t b1 = std::min(c1, b0 + kFiberStreamBlock);
+                        const int64_t a0 = b0 + kFiberStreamAhead, a1 = std::min(na, b1 + kFiberStreamAhead);
+                        if (a0 < a1) {
+                            prefetch_lines(reinterpret_cast<const char*>(iv + a0), (a1 - a0) * int64_t(sizeof(I)));
+                            prefetch_lines(reinterpret_cast<const char*>(uv + a0), (a1 - a0) * int64_t(sizeof(T)));
+                        }
+                        each_index(iv + b0, b1 - b0, size, *bad,
+                                   [&](int64_t j, int64_t v) { Reducer<R>::apply(ov[v], uv[b0 + j]); });
+                    }
                 } else {
                     for (int64_t j = c0; j < c1; ++j) {
                         if (j + kPrefetchAhead < na && in_bounds(iv[j + kPrefetchAhead], size))
