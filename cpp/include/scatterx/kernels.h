@@ -761,6 +761,12 @@ inline constexpr int64_t kProgressStep = 8192;              // elements between 
 // 1.00 ms, rows_none_i32 0.91 / 0.89, rows_none_f16 0.36 / 0.38 (eight rounds).
 inline constexpr int64_t kFiberStreamAhead = 256;
 inline constexpr int64_t kFiberStreamBlock = 64;
+// Whole rows of indices and updates walked along an outer axis (scatter_rows) ask for the rows
+// that start about this many elements later, which the hardware prefetcher had left to arrive
+// late as well: stop 43, the Zen 5 machine, one build with a switch, one process, eight rounds
+// of medians of seven calls: mid_mul (rows of 128, through stage_rows) 2.04 ms -> 1.58 / 1.42 /
+// 1.34 / 1.37 with rows 128 / 256 / 512 / 1024 elements ahead (each faster in 8 of 8).
+inline constexpr int64_t kRowStreamAhead = 512;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -879,12 +885,16 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
     // row: when threads share out the fibers of wide rows, each reads a part of every row, a
     // pattern the hardware prefetcher does not follow (standalone, 6.4M random max updates into
     // 100000x32, two threads sharing out the columns: 61-79 ms without, 41-54 ms with, 34-45 ms
-    // with rows of their own). Whole rows are one contiguous stream: nothing to do.
+    // with rows of their own). Whole rows are one contiguous stream, asked for ahead as well
+    // (kRowStreamAhead).
     auto share = [&](int64_t inner, int64_t item, int64_t row) {
         return inner == item && row != count * item ? count * item : int64_t(0);
     };
     const int64_t ibytes = share(in[1], int64_t(sizeof(I)), astr[1]);
     const int64_t ubytes = share(in[2], int64_t(sizeof(T)), astr[2]);
+    // Whole contiguous rows: the two streams asked for kRowStreamAhead elements ahead.
+    const bool whole = !(ibytes | ubytes) && in[1] == int64_t(sizeof(I)) && in[2] == int64_t(sizeof(T));
+    const int64_t whole_ahead = whole ? std::max<int64_t>(1, kRowStreamAhead / count) : 0;
     for (int64_t j = 0; j < na; ++j) {
         const char* ip = p[1] + j * astr[1];
         const I* iv = reinterpret_cast<const I*>(ip);
@@ -892,6 +902,10 @@ void scatter_rows(const ScatterBlock<T, I, R>& sb, char* const* p, int64_t count
         if ((ibytes | ubytes) && j + kStreamRows < na) {
             prefetch_lines(ip + kStreamRows * astr[1], ibytes);
             prefetch_lines(p[2] + (j + kStreamRows) * astr[2], ubytes);
+        }
+        if (whole && j + whole_ahead < na) {
+            prefetch_lines(ip + whole_ahead * astr[1], count * int64_t(sizeof(I)));
+            prefetch_lines(p[2] + (j + whole_ahead) * astr[2], count * int64_t(sizeof(T)));
         }
         if (contiguous) {
             // The expanded index of message passing: one target for the whole row of fibers,
@@ -1855,21 +1869,28 @@ inline constexpr int64_t kMulScratchBytes = int64_t(256) << 10;
 // indices `istr` bytes apart from ip0, of updates and dU `ustr` apart from up0 and dp0. A plain
 // loop over values passed in: through the captured references of a generic walk the compiler
 // reloaded the arrays' addresses at every update (vjp_mul 13.5 -> 11.6 ms, medians of five
-// alternating-process rounds; docs/performance.md).
+// alternating-process rounds; docs/performance.md). Each walk asks for the rows of indices,
+// updates and dU about kRowStreamAhead elements ahead (the backward walk the rows before it,
+// against the hardware prefetcher; until stop 43 it asked for the one row before and the
+// forward walk for none). Stop 43, the Zen 5 machine, one build with a switch, one process,
+// eight rounds of medians of seven calls, vjp_mul (rows of 128): 3.16 ms -> 2.75 / 2.48 / 2.41 /
+// 2.51 with both walks asking 1 / 2 / 4 / 8 rows ahead (faster in 7, 7, 7, 8 of 8); the
+// forward walk alone 2 / 4 rows ahead 2.60 / 2.62 (8 of 8).
 template <class T, class I, bool Backward>
 inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, int64_t ustr, int64_t na, int64_t c,
                      int64_t size, T* ps, int64_t sa, bool& bad) {
     constexpr int64_t N = sizeof(T);
+    const int64_t ahead = std::max<int64_t>(1, kRowStreamAhead / c);
     for (int64_t s = 0; s < na; ++s) {
         const int64_t j = Backward ? na - 1 - s : s;
         const I* ip = reinterpret_cast<const I*>(ip0 + j * istr);
         const T* up = reinterpret_cast<const T*>(up0 + j * ustr);
         T* dp = reinterpret_cast<T*>(dp0 + j * ustr);
-        if (Backward && j > 0) {
-            // Against the hardware prefetcher: ask for the row before.
-            prefetch_lines(ip0 + (j - 1) * istr, c * int64_t(sizeof(I)));
-            prefetch_lines(up0 + (j - 1) * ustr, c * N);
-            prefetch_lines(dp0 + (j - 1) * ustr, c * N);
+        const int64_t later = Backward ? j - ahead : j + ahead;
+        if (later >= 0 && later < na) {
+            prefetch_lines(ip0 + later * istr, c * int64_t(sizeof(I)));
+            prefetch_lines(up0 + later * ustr, c * N);
+            prefetch_lines(dp0 + later * ustr, c * N);
         }
         each_index(ip, c, size, bad, [&](int64_t k, int64_t v) {
             T* const pt = ps + v * sa + k;
