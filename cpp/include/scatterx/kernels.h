@@ -1443,14 +1443,15 @@ inline constexpr int64_t kGatherIndexAheadBytes = 1024;
 // value of iv[j], for j in [0, n) (step 0: the elements of one fiber, a contiguous one along the
 // axis; step N: a row of fibers gathered along an outer axis, element j from fiber j); an
 // out-of-bounds index is skipped and makes it return false. The lines [next, next + 64 * lines)
-// of a later fiber are prefetched along the way, spread over the elements. Four indices share
-// one branch. Its callers are functions of their own, not inlined: in the module's large
+// of a later fiber are prefetched along the way, spread over the elements; with `later` (the
+// indices of a later row of fibers, step N), so are that row's random source elements, four with
+// each four of this row (see gather_ahead). Four indices share one branch. Its callers are functions of their own, not inlined: in the module's large
 // translation unit the loop written inline in the kernel ran 1.4x slower than compiled alone
 // (last-axis gather of 4096 x 256 from 4096 x 1024 float16, two threads: 1.05-1.10 ms inline,
 // 0.73-0.76 ms with the compiler's inlining limits raised, 0.64-0.72 ms as one).
 template <int64_t N, class I, class Stride, class Step>
 inline bool gather_elements_at(const I* iv, int64_t n, const char* src, Stride stride, Step step, char* out,
-                               int64_t size, const char* next, int64_t lines) {
+                               int64_t size, const char* next, int64_t lines, const I* later = nullptr) {
     const uint64_t limit = uint64_t(size);
     const int64_t per = lines > 0 ? std::max<int64_t>(1, (4 * lines + n - 1) / std::max<int64_t>(n, 1)) : 0;
     int64_t line = 0;
@@ -1464,6 +1465,12 @@ inline bool gather_elements_at(const I* iv, int64_t n, const char* src, Stride s
     for (; j + 4 <= n; j += 4) {
         for (int64_t q = 0; q < per && line < lines; ++q) __builtin_prefetch(next + 64 * line++);
         __builtin_prefetch(reinterpret_cast<const char*>(iv + j) + kGatherIndexAheadBytes);
+        if (later) {
+            for (int64_t q = j; q < j + 4; ++q) {
+                const uint64_t w = uint64_t(int64_t(later[q]));  // a negative one is not asked for
+                if (w < limit) __builtin_prefetch(src + q * step + int64_t(w) * stride);
+            }
+        }
         const uint64_t a = uint64_t(int64_t(iv[j])), b = uint64_t(int64_t(iv[j + 1]));
         const uint64_t c = uint64_t(int64_t(iv[j + 2])), d = uint64_t(int64_t(iv[j + 3]));
         if ((a < limit) & (b < limit) & (c < limit) & (d < limit)) [[likely]] {
@@ -1533,13 +1540,15 @@ template <int64_t N, class I, bool Stream>
 // the N bytes at src + k * N + v * stride, v the normalised value of iv[k], for k in [0, n), a
 // run at a time (stream_runs). Returns false when an index was out of bounds. Used by the
 // gather along an outer axis since stop 24 (then by 16-byte stores of four elements: gather_mid
-// 4.45 -> 3.30 ms against one store per element).
-template <int64_t N, class I>
+// 4.45 -> 3.30 ms against one store per element). With `Ahead`, the random source elements of
+// the row whose indices are at `later` are asked for along the way (gather_elements_at).
+template <int64_t N, class I, bool Ahead>
 [[gnu::noinline]] bool stream_gather_row(const I* iv, int64_t n, int64_t size, char* out, const char* src,
-                                         int64_t stride) {
+                                         int64_t stride, const I* later) {
     constexpr std::integral_constant<int64_t, N> step;
     return stream_runs<N>(n, out, [&](int64_t k0, int64_t m, char* buf) {
-        return gather_elements_at<N, I>(iv + k0, m, src + k0 * N, stride, step, buf, size, nullptr, 0);
+        return gather_elements_at<N, I>(iv + k0, m, src + k0 * N, stride, step, buf, size, nullptr, 0,
+                                        Ahead ? later + k0 : nullptr);
     });
 }
 
@@ -1722,16 +1731,25 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                     }
                 }
                 if (contiguous) {
-                    if (far && j + ahead_rows < j1) {
-                        // Random source elements beyond the cache: ask for those of a later row.
-                        const I* later = reinterpret_cast<const I*>(p[1] + (j + ahead_rows) * astr[1]);
-                        for (int64_t k = 0; k < count; ++k)
-                            if (in_bounds(later[k], size))
-                                __builtin_prefetch(p[0] + k * N + normalise(later[k], size) * dstr);
-                    }
+                    // Random source elements beyond the cache: ask for those of a later row.
+                    const I* later =
+                        far && j + ahead_rows < j1 ? reinterpret_cast<const I*>(p[1] + (j + ahead_rows) * astr[1]) : nullptr;
                     if (stream) {
-                        if (!stream_gather_row<N, I>(iv, count, size, op, p[0], dstr)) local_bad = true;
+                        // Spread over this row's elements (stream_gather_row), not as a burst
+                        // before them. Stop 43, the Zen 5 machine, one build with a switch, one
+                        // process, medians of seven calls: gather_max0 on two threads 5.42 ->
+                        // 5.01, 5.39 -> 5.00, 5.57 -> 5.75, 5.87 -> 5.99, 5.12 -> 4.76 ms (spread
+                        // faster in 9 of 10, 10 of 10, 6 of 10, 7 of 12, 12 of 12 rounds), on one
+                        // thread 10.15 -> 8.70 and 10.65 -> 9.93 (10 and 9 of 10); old and new
+                        // builds in alternating processes, six rounds: 5.92 / 5.90 (3 of 6).
+                        if (!(later ? stream_gather_row<N, I, true>(iv, count, size, op, p[0], dstr, later)
+                                    : stream_gather_row<N, I, false>(iv, count, size, op, p[0], dstr, nullptr)))
+                            local_bad = true;
                     } else {
+                        if (later)
+                            for (int64_t k = 0; k < count; ++k)
+                                if (in_bounds(later[k], size))
+                                    __builtin_prefetch(p[0] + k * N + normalise(later[k], size) * dstr);
                         each_index(iv, count, size, local_bad, [&](int64_t k, int64_t v) {
                             std::memcpy(op + k * N, p[0] + k * N + v * dstr, size_t(N));
                         });
