@@ -475,14 +475,18 @@ def test_gather_by_streaming_stores(streaming_outputs, restore_threads, threads,
     assert buffer[0 if misaligned else -1] == 0  # nothing written outside out
 
 
+@pytest.mark.parametrize("streaming_outputs", ["off", "wide", "narrow"], indirect=True)
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("rows", ["random", "one_target"])
-def test_gather_of_random_rows_beyond_the_cache(restore_threads, threads, index_dtype, rows):
+def test_gather_of_random_rows_beyond_the_cache(streaming_outputs, restore_threads, threads, index_dtype, rows):
     """Rows of random indices along axis 0 into a table larger than kCacheBytes (2 MB), whose
     source elements (or, for rows of one target, a stride-0 index row, whose whole source rows:
     gather_whole_rows) are prefetched a few rows ahead: negative indices among them, and one
-    out of bounds in a row that an earlier row prefetches for (it is skipped there and raises)."""
+    out of bounds in a row that an earlier row prefetches for (it is skipped there and raises).
+    With plain stores (this size, "off") the random rows' elements are asked for in a loop of
+    their own; written by streaming stores, four at a time within the gather of an earlier row
+    (stream_gather_row)."""
     sx.set_num_threads(threads)
     rng = np.random.default_rng(41)
     data = rng.standard_normal((20_000, 40)).astype(np.float32)  # 3.2 MB
