@@ -486,7 +486,7 @@ def test_gather_of_random_rows_beyond_the_cache(streaming_outputs, restore_threa
     out of bounds in a row that an earlier row prefetches for (it is skipped there and raises).
     With plain stores (this size, "off") the random rows' elements are asked for in a loop of
     their own; written by streaming stores, four at a time within the gather of an earlier row
-    (stream_gather_row)."""
+    (stream_gather_rows), up to the rows whose own later row lies beyond the thread's last."""
     sx.set_num_threads(threads)
     rng = np.random.default_rng(41)
     data = rng.standard_normal((20_000, 40)).astype(np.float32)  # 3.2 MB
@@ -517,7 +517,7 @@ def test_gather_of_random_rows_beyond_the_cache(streaming_outputs, restore_threa
 def test_streaming_gather_along_a_middle_axis(streaming_outputs, restore_threads, threads, dtype, index_dtype,
                                               columns):
     """The gather along an outer axis gathers a row's elements a run of 512 bytes at a time into
-    a buffer that streaming stores write out (stream_gather_row): rows of 50 (one run, not a
+    a buffer that streaming stores write out (stream_gather_rows): rows of 50 (one run, not a
     multiple of four) and of 300 (several runs: 128 float32 or 64 float64 each), negative indices
     among them, into an output aligned or one element off; a bad index in a later run of a row
     is skipped there and raises."""
@@ -536,6 +536,43 @@ def test_streaming_gather_along_a_middle_axis(streaming_outputs, restore_threads
     indices[4, 17, column] = 80
     with pytest.raises(IndexError, match=rf"index 80 at indices\[4, 17, {column}\]"):
         sx.gather_elements(data, indices, 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("columns", [3, 40, 130])
+def test_streaming_gather_of_rows_runs_across_rows(streaming_outputs, restore_threads, threads, index_dtype,
+                                                   columns):
+    """The streamed gather along an outer axis writes up to kWholeRows (32) consecutive rows of
+    several values as one run of elements (stream_gather_rows): runs of 512 bytes that end
+    within a row and go on in the next (rows of 3, 40 and 130 float32, none dividing a run),
+    into an output that starts at every 4-byte offset of a line, and into one whose rows lie
+    apart (every other row of a buffer: a row per call); a row of one value among them ends the
+    rows of a call (it goes to gather_whole_rows), as does the 32nd row; nothing is written
+    outside the output; a bad index in a row within a call's rows is skipped there and raises."""
+    sx.set_num_threads(threads)
+    rng = np.random.default_rng(43)
+    data = rng.standard_normal((300, columns)).astype(np.float32)
+    indices = rng.integers(-300, 300, (181, columns)).astype(index_dtype)
+    for row in (5, 6, 7, 50, 120, 180):  # rows of one value: alone, three together, the last
+        indices[row] = indices[row, 0]
+    want = np.take_along_axis(data, indices, 0)
+    for step in range(16):
+        raw = np.zeros(want.nbytes + 128, np.uint8)
+        start = (-raw.ctypes.data) % 64 + 4 * step
+        out = raw[start:start + want.nbytes].view(np.float32).reshape(want.shape)
+        got = sx.gather_elements(data, indices, 0, out=out)
+        assert got is out
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+        assert not raw[:start].any() and not raw[start + want.nbytes:].any()
+    apart = np.zeros((2 * want.shape[0], columns), np.float32)
+    got = sx.gather_elements(data, indices, 0, out=apart[::2])
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert not apart[1::2].any()
+    bad = 70  # the 10th of the rows 51-82 that one call gathers on one thread
+    indices[bad, 1] = 300
+    with pytest.raises(IndexError, match=rf"index 300 at indices\[{bad}, 1\]"):
+        sx.gather_elements(data, indices, 0)
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.float32, np.float64, np.complex128])

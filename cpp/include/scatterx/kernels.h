@@ -1536,20 +1536,51 @@ template <int64_t N, class I, bool Stream>
     }
 }
 
-// A row of fibers gathered along an outer axis by streaming stores (the caller fences): out[k] =
-// the N bytes at src + k * N + v * stride, v the normalised value of iv[k], for k in [0, n), a
-// run at a time (stream_runs). Returns false when an index was out of bounds. Used by the
-// gather along an outer axis since stop 24 (then by 16-byte stores of four elements: gather_mid
-// 4.45 -> 3.30 ms against one store per element). With `Ahead`, the random source elements of
-// the row whose indices are at `later` are asked for along the way (gather_elements_at).
-template <int64_t N, class I, bool Ahead>
-[[gnu::noinline]] bool stream_gather_row(const I* iv, int64_t n, int64_t size, char* out, const char* src,
-                                         int64_t stride, const I* later) {
+// Rows of fibers gathered along an outer axis by streaming stores (the caller fences): row r of
+// `rows`, its n indices at ip + r * istr, gives out[r * n + k] = the N bytes at src + k * N + v *
+// stride, v the normalised value of its k-th index. out's rows follow one another (the caller
+// passes one row when they do not), so the rows go out as one run of elements, gathered
+// kGatherRunBytes at a time into a buffer that stream_copy writes out (the runs after the first
+// start on a line of out where the element size allows, as in stream_runs), not a buffer and its
+// stores per row. A row after the first whose indices hold one value ends the call (all_equal:
+// such rows go to gather_whole_rows); returns the rows gathered. The first `with_later` rows ask
+// for the random source elements of the row `ahead` rows later along the way
+// (gather_elements_at). An out-of-bounds index clears `ok`, and the run it is in is not written.
+// Used by the gather along an outer axis since stop 24, a row per call until stop 44 (then by
+// 16-byte stores of four elements: gather_mid 4.45 -> 3.30 ms against one store per element).
+template <int64_t N, class I>
+[[gnu::noinline]] int64_t stream_gather_rows(const char* ip, int64_t istr, int64_t rows, int64_t n, int64_t size,
+                                             char* out, const char* src, int64_t stride, int64_t ahead,
+                                             int64_t with_later, bool& ok) {
     constexpr std::integral_constant<int64_t, N> step;
-    return stream_runs<N>(n, out, [&](int64_t k0, int64_t m, char* buf) {
-        return gather_elements_at<N, I>(iv + k0, m, src + k0 * N, stride, step, buf, size, nullptr, 0,
-                                        Ahead ? later + k0 : nullptr);
-    });
+    alignas(64) char buf[kGatherRunBytes];
+    const int64_t offset = int64_t(reinterpret_cast<uintptr_t>(out) & 63);
+    int64_t cap = offset % N == 0 ? kGatherRunBytes - offset : kGatherRunBytes;  // the run being filled
+    int64_t have = 0;   // its bytes gathered so far
+    bool good = true;   // no bad index among them
+    auto flush = [&] {
+        if (good)
+            stream_copy(out, buf, have);
+        else
+            ok = false;
+        out += have, have = 0, good = true, cap = kGatherRunBytes;
+    };
+    int64_t r = 0;
+    for (; r < rows; ++r) {
+        if (r > 0 && all_equal<I>(ip + r * istr, n, int64_t(sizeof(I)))) break;
+        const I* iv = reinterpret_cast<const I*>(ip + r * istr);
+        const I* later = r < with_later ? reinterpret_cast<const I*>(ip + (r + ahead) * istr) : nullptr;
+        for (int64_t k0 = 0; k0 < n;) {
+            const int64_t m = std::min(n - k0, (cap - have) / N);
+            if (!gather_elements_at<N, I>(iv + k0, m, src + k0 * N, stride, step, buf + have, size, nullptr, 0,
+                                          later ? later + k0 : nullptr))
+                good = false;
+            have += m * N, k0 += m;
+            if (have == cap) flush();
+        }
+    }
+    if (have > 0) flush();
+    return r;
 }
 
 // A gather along an outer axis from rows beyond the cache (`far`) asks for the random source
@@ -1735,16 +1766,27 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                     const I* later =
                         far && j + ahead_rows < j1 ? reinterpret_cast<const I*>(p[1] + (j + ahead_rows) * astr[1]) : nullptr;
                     if (stream) {
-                        // Spread over this row's elements (stream_gather_row), not as a burst
-                        // before them. Stop 43, the Zen 5 machine, one build with a switch, one
-                        // process, medians of seven calls: gather_max0 on two threads 5.42 ->
-                        // 5.01, 5.39 -> 5.00, 5.57 -> 5.75, 5.87 -> 5.99, 5.12 -> 4.76 ms (spread
-                        // faster in 9 of 10, 10 of 10, 6 of 10, 7 of 12, 12 of 12 rounds), on one
-                        // thread 10.15 -> 8.70 and 10.65 -> 9.93 (10 and 9 of 10); old and new
-                        // builds in alternating processes, six rounds: 5.92 / 5.90 (3 of 6).
-                        if (!(later ? stream_gather_row<N, I, true>(iv, count, size, op, p[0], dstr, later)
-                                    : stream_gather_row<N, I, false>(iv, count, size, op, p[0], dstr, nullptr)))
-                            local_bad = true;
+                        // The rows from j on that hold several values, up to kWholeRows of them,
+                        // in one call (stream_gather_rows), against a row per call. Stop 44, the
+                        // Zen 5 machine, one build with a switch, one process, medians of seven
+                        // calls, ten rounds each: gather_max0 on two threads 4.54 -> 4.06, 4.41 ->
+                        // 3.94, 4.80 -> 4.29 ms (faster in 9, 10, 10 of 10; four rows per call
+                        // 3.95, 3.99, 4.48), one thread 8.70 -> 7.98 (8 of 8); gather_mid (a row
+                        // fills a run) 1.06 / 1.09 (7 of 10).
+                        // The later row's random elements are asked for spread over this row's
+                        // elements, not as a burst before them. Stop 43, one build with a
+                        // switch, one process: gather_max0 on two threads 5.42 -> 5.01, 5.39 ->
+                        // 5.00, 5.57 -> 5.75, 5.87 -> 5.99, 5.12 -> 4.76 ms (spread faster in 9 of
+                        // 10, 10 of 10, 6 of 10, 7 of 12, 12 of 12 rounds), on one thread 10.15 ->
+                        // 8.70 and 10.65 -> 9.93 (10 and 9 of 10); old and new builds in
+                        // alternating processes, six rounds: 5.92 / 5.90 (3 of 6).
+                        const int64_t rows = astr[2] == count * N ? std::min(kWholeRows, j1 - j) : 1;
+                        const int64_t with_later = far ? std::clamp<int64_t>(j1 - ahead_rows - j, 0, rows) : 0;
+                        bool ok = true;
+                        const int64_t done = stream_gather_rows<N, I>(p[1] + j * astr[1], astr[1], rows, count, size,
+                                                                      op, p[0], dstr, ahead_rows, with_later, ok);
+                        if (!ok) local_bad = true;
+                        j += done - 1;
                     } else {
                         if (later)
                             for (int64_t k = 0; k < count; ++k)
