@@ -479,7 +479,16 @@ inline void fused_copy_only(const Geometry& g, const FiberSpace& fs, char* const
 inline constexpr int64_t kPrefetchRows = 8;
 inline constexpr int64_t kStreamRows = 32;  // rows of indices and updates read ahead (scatter_rows)
 inline constexpr int64_t kOwnBlock = 256;  // rows whose own target rows a thread lists at a time
-inline constexpr int64_t kOwnAhead = 16;   // a thread's own rows asked for ahead
+inline constexpr int64_t kOwnAhead = 16;   // a thread's own rows asked for ahead, at least
+// Bytes of a thread's own rows asked for ahead (scatter_by_target_rows): narrower rows than
+// 256 bytes go further than kOwnAhead rows, up to 4 * kOwnAhead. Stop 44, the Zen 5 machine,
+// one build with a switch, one process, eight rounds of medians of seven calls, two threads:
+// mp_add_f16 (rows of 128 bytes) 3.71 -> 3.08 ms (faster in 8 of 8) with 32 rows ahead, and
+// 3.31 -> 2.87 (8 of 8; 6144 / 8192 / 12288 bytes 2.88 / 2.96 / 2.91); mp_add_bf16 3.77 -> 3.33
+// (6 of 8), 3.30 -> 3.02 (6 of 8; 3.14 / 3.29 / 3.22); mp_add (256 bytes) 24 / 32 / 48 rows
+// 4.91 / 4.97 / 4.90 against 4.96 with 16, within the rounds' spread (16 rows again: 4.96
+// against 5.18, faster in 6 of 8).
+inline constexpr int64_t kOwnAheadBytes = 4096;
 inline constexpr int64_t kPrefetchAhead = 16;
 inline constexpr int64_t kCacheBytes = int64_t(2) << 20;
 // Whether the CPU is Intel's: the prefetching of random targets measured differently on the
@@ -1105,7 +1114,7 @@ inline constexpr int64_t kHandoverRows = 4 * kOwnBlock;
 // medians of seven, two threads, mp_add 9.4 -> 7.0 ms (medians of the rounds), mp_add_i32 9.8
 // -> 6.1, mp_add_f16 8.7 -> 4.5, mp_add_dense 16.0 -> 13.8, faster in 5 of 5 rounds each; 16
 // own rows asked for ahead against 4 / 8 / 24 / 32 (one build, five rounds): 4 the slowest, 16
-// faster than 8 in most rounds.
+// faster than 8 in most rounds (rows of 256 bytes; narrower ones go further, kOwnAheadBytes).
 // A thread that has applied all its rows takes over the upper half of the target rows of the
 // thread with the most work left (Handover), from that thread's next block of rows on, and
 // again as long as a thread has enough left to split: a thread whose CPU the host has taken for
@@ -1138,6 +1147,7 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
     for (int64_t c = 0; c < chunks; ++c) known[c].store(Chunk::unchecked, std::memory_order_relaxed);
     std::atomic<int64_t> claimed{0};  // chunks [0, claimed) are claimed for the check
     std::atomic<bool> bad{false};
+    const int64_t ahead = std::clamp<int64_t>(kOwnAheadBytes / std::max<int64_t>(1, width * N), kOwnAhead, 4 * kOwnAhead);
     ThreadPool::instance().run(parts, [&](int w, int nw) {
         int64_t lo, hi;
         std::tie(lo, hi) = split_range(size, w, nw);
@@ -1291,9 +1301,9 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
                     const int64_t step = npend && n ? (pending_rows() + n - 1) / n : 0;
                     for (int64_t i = 0; i < n; ++i) {
                         if (step) check_some(step);
-                        if (i + kOwnAhead < m) {
-                            prefetch_lines(out + own_target[i + kOwnAhead] * g.axis_stride, width * N);
-                            prefetch_lines(updates + own[i + kOwnAhead] * ustr, width * N);
+                        if (i + ahead < m) {
+                            prefetch_lines(out + own_target[i + ahead] * g.axis_stride, width * N);
+                            prefetch_lines(updates + own[i + ahead] * ustr, width * N);
                         }
                         apply_row<T, R>(reinterpret_cast<T*>(out + own_target[i] * g.axis_stride),
                                         reinterpret_cast<const T*>(updates + own[i] * ustr), width);
