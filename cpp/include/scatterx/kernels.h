@@ -1617,14 +1617,21 @@ template <int64_t N, class I>
 // with a switch, one process, ten rounds twice: none / 32 / 64 / 128 / 256 elements ahead 46.4 /
 // 29.1 / 35.2 / 34.5 / 35.1 ms and 42.6 / 29.0 / 31.3 / 31.1 / 32.1, 32 ahead faster than none
 // in 20 of 20 rounds (in stop 35's measurement 32 ahead had cost nothing). So Intel CPUs ask for
-// the elements kGatherAheadIntel ahead (gather_ahead), other CPUs kGatherAhead ahead. Stop 43,
+// the elements kGatherAheadIntel ahead (gather_ahead), other CPUs kGatherAhead ahead (until
+// stop 44, below). Stop 43,
 // on a Zen 5 virtual machine (1 MB of L2 per core, 32 MB of L3), one build with a switch, one
 // process: none / 32 / 64 elements ahead 4.88 / 5.01 / 5.00 ms (sixteen rounds; none faster
 // than 64 in 10, 32 in 8), 128 / 256 / 512 ahead 6.11 / 12.2 / 12.5 against 5.78 (ten rounds):
-// kGatherAhead stays.
+// kGatherAhead stays. Stop 44, with the rows gathered up to kWholeRows per call
+// (stream_gather_rows), the same machine and way, medians of seven calls: 64 / 96 / 128
+// elements ahead (2 / 3 / 4 rows of 32) 5.71 / 5.38 / 5.96, 4.76 / 4.53 / 5.57, 4.92 / 4.49 /
+// 5.36 ms (eight rounds each; 96 faster than 64 in 7, 6, 7 of 8; 128 in 2, 1, 2), and 5.59 /
+// 4.50 / 5.17 (8 rounds; 96 in 8 of 8), 5.69 / 5.01 / 5.84 (7 of 8); one thread 9.49 / 8.22 /
+// 9.52 (5 of 6): other CPUs than Intel's ask kGatherAheadOther ahead since.
 inline constexpr int64_t kGatherAhead = 64;
 inline constexpr int64_t kGatherAheadIntel = 32;
-inline int64_t gather_ahead() { return cpu_is_intel() ? kGatherAheadIntel : kGatherAhead; }
+inline constexpr int64_t kGatherAheadOther = 96;
+inline int64_t gather_ahead() { return cpu_is_intel() ? kGatherAheadIntel : kGatherAheadOther; }
 // The rows ahead that hold about `elements` random targets, for a walk of rows of `per_row`
 // of them: kGatherAhead for the backward of max/min's (since stop 32), gather_ahead() for the
 // gather's.
