@@ -875,8 +875,10 @@ template <class T, class I, Reduction R> struct ScatterBlock {
 template <class T, Reduction R> inline void apply_row(T* __restrict dst, const T* up, int64_t count) {
     int64_t done = 0;
 #ifdef SCATTERX_HAVE_F16C_PATH
-    if constexpr (std::is_same_v<T, float16> && R == Reduction::add)
-        if (cpu_has_f16c()) done = add_f16_f16c(dst, up, count);
+    if constexpr (std::is_same_v<T, float16> && R == Reduction::add) {
+        if (cpu_has_avx512f()) done = add_f16_avx512(dst, up, count);
+        if (cpu_has_f16c()) done += add_f16_f16c(dst + done, up + done, count - done);
+    }
     if constexpr (std::is_same_v<T, bfloat16> && R == Reduction::add)
         if (cpu_has_avx2()) done = add_bf16_avx2(dst, up, count);
 #endif
