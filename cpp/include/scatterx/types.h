@@ -136,30 +136,38 @@ template <class T> struct Arith<T, std::enable_if_t<std::is_floating_point_v<T>>
     static T min(T a, T b) { return extreme<false>(a, b); }
 };
 
-// A 16-bit float type: its bits (H::bits), their conversions to and from float32, and the bits
-// of its infinity.
-template <class H, float (*ToF)(uint16_t), uint16_t (*FromF)(float), unsigned Inf> struct Arith16 {
+// A 16-bit float type: its bits (H::bits), their conversions to and from float32, the bits of
+// its infinity, and whether max/min compare the bits (OnBits) or the values as float32.
+template <class H, float (*ToF)(uint16_t), uint16_t (*FromF)(float), unsigned Inf, bool OnBits> struct Arith16 {
     static H add(H a, H b) { return H{FromF(ToF(a.bits) + ToF(b.bits))}; }
     static H mul(H a, H b) { return H{FromF(ToF(a.bits) * ToF(b.bits))}; }
     static H max(H a, H b) { return pick(a, b, takes<true>(a.bits, b.bits)); }
     static H min(H a, H b) { return pick(a, b, takes<false>(a.bits, b.bits)); }
-    // takes_update's rule on the bits, with no conversion to float: as sign and magnitude
-    // integers (both zeros 0), two numbers compare as their values do; a magnitude above
-    // infinity's is a NaN. Stop 44, the Zen 5 machine, one build with a switch, one process,
-    // six rounds of medians of five calls: max0_f16 13.37 -> 10.79 and 13.83 -> 11.22 ms (faster
-    // in 6 of 6 each) against converting both (half_to_float) and comparing floats; bitwise the
-    // same for every pair of float16 bit patterns (the test suite checks a sample of pairs).
+    // takes_update's rule. OnBits, with no conversion to float: as sign and magnitude integers
+    // (both zeros 0), two numbers compare as their values do; a magnitude above infinity's is a
+    // NaN. For float16, whose conversion takes a dozen instructions (half_to_float), against
+    // converting both and comparing floats (stop 44, the Zen 5 machine, one build with a switch,
+    // one process, six rounds of medians of five calls): max0_f16 13.37 -> 10.79, 13.83 ->
+    // 11.22, 13.62 -> 10.79 ms (faster in 6 of 6 each); bitwise the same for every pair of
+    // float16 bit patterns, and of bfloat16 ones (checked offline; the test suite checks a
+    // sample of pairs). For bfloat16, whose conversion is a shift, slower: max0_bf16 8.46 ->
+    // 10.45, 8.56 -> 10.69, 8.42 -> 11.17 (0 of 6 each; a form without the sign's condition
+    // 12.25), so bfloat16 compares floats.
     template <bool Max> static int takes(uint16_t a, uint16_t b) {
-        const int ma = a & 0x7fff, mb = b & 0x7fff;
-        const int ka = (a & 0x8000) ? -ma : ma, kb = (b & 0x8000) ? -mb : mb;
-        return int(ma <= int(Inf)) & (int(mb > int(Inf)) | int(Max ? kb > ka : kb < ka));
+        if constexpr (OnBits) {
+            const int ma = a & 0x7fff, mb = b & 0x7fff;
+            const int ka = (a & 0x8000) ? -ma : ma, kb = (b & 0x8000) ? -mb : mb;
+            return int(ma <= int(Inf)) & (int(mb > int(Inf)) | int(Max ? kb > ka : kb < ka));
+        } else {
+            return takes_update<Max>(ToF(a), ToF(b));
+        }
     }
     // b when take is 1, a when it is 0, by arithmetic on the bits.
     static H pick(H a, H b, int take) {
         return H{uint16_t(a.bits ^ ((a.bits ^ b.bits) & (0u - unsigned(take))))};
     }
 };
-template <> struct Arith<float16> : Arith16<float16, half_to_float, float_to_half, 0x7c00> {};
+template <> struct Arith<float16> : Arith16<float16, half_to_float, float_to_half, 0x7c00, true> {};
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SCATTERX_HAVE_F16C_PATH 1
@@ -265,7 +273,7 @@ inline bool cpu_has_avx2() {
     return has;
 }
 #endif
-template <> struct Arith<bfloat16> : Arith16<bfloat16, bf16_to_float, float_to_bf16, 0x7f80> {};
+template <> struct Arith<bfloat16> : Arith16<bfloat16, bf16_to_float, float_to_bf16, 0x7f80, false> {};
 
 template <class F> struct Arith<complex_t<F>> {
     using C = complex_t<F>;
