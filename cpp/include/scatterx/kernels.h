@@ -1558,8 +1558,9 @@ template <int64_t N, class I, bool Stream>
 // such rows go to gather_whole_rows); returns the rows gathered. The first `with_later` rows ask
 // for the random source elements of the row `ahead` rows later along the way
 // (gather_elements_at). An out-of-bounds index clears `ok`, and the run it is in is not written.
-// Used by the gather along an outer axis since stop 24, a row per call until stop 44 (then by
-// 16-byte stores of four elements: gather_mid 4.45 -> 3.30 ms against one store per element).
+// Used by the gather along an outer axis since stop 24 (then by 16-byte stores of four
+// elements: gather_mid 4.45 -> 3.30 ms against one store per element), a row per call until
+// stop 44.
 template <int64_t N, class I>
 [[gnu::noinline]] int64_t stream_gather_rows(const char* ip, int64_t istr, int64_t rows, int64_t n, int64_t size,
                                              char* out, const char* src, int64_t stride, int64_t ahead,
