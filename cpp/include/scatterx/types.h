@@ -149,8 +149,8 @@ template <class H, float (*ToF)(uint16_t), uint16_t (*FromF)(float), unsigned In
     // converting both and comparing floats (stop 44, the Zen 5 machine, one build with a switch,
     // one process, six rounds of medians of five calls): max0_f16 13.37 -> 10.79, 13.83 ->
     // 11.22, 13.62 -> 10.79 ms (faster in 6 of 6 each); bitwise the same for every pair of
-    // float16 bit patterns, and of bfloat16 ones (checked offline; the test suite checks a
-    // sample of pairs). For bfloat16, whose conversion is a shift, slower: max0_bf16 8.46 ->
+    // float16 bit patterns, and of bfloat16 ones (scripts/every_16bit_pair.py; the test suite
+    // checks a sample of pairs). For bfloat16, whose conversion is a shift, slower: max0_bf16 8.46 ->
     // 10.45, 8.56 -> 10.69, 8.42 -> 11.17 (0 of 6 each; a form without the sign's condition
     // 12.25), so bfloat16 compares floats.
     template <bool Max> static int takes(uint16_t a, uint16_t b) {
