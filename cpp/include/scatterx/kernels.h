@@ -659,8 +659,7 @@ inline bool streams_bulk(int64_t footprint) { return footprint > bulk_stream_byt
 // so these stores are written in assembly (stream_line_wide) and chosen at run time.
 inline bool wide_stores_supported() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    static const bool supported = __builtin_cpu_supports("avx512f");
-    return supported;
+    return cpu_has_avx512f();
 #else
     return false;
 #endif
@@ -1508,13 +1507,17 @@ inline constexpr int64_t kGatherRunBytes = 512;
 // fill(j0, m, buf) gathers elements [j0, j0 + m) into buf and returns false when one of their
 // indices was out of bounds; such a run is not written (the call fails, and its output is
 // either new and dropped or never written: a caller's `out` has every index checked first).
-// The runs after the first start on a line of out where the element size allows.
+// The runs after the first start on a line of out where the element size allows
+// (first_run_bytes).
+template <int64_t N> inline int64_t first_run_bytes(const char* out) {
+    const int64_t offset = int64_t(reinterpret_cast<uintptr_t>(out) & 63);
+    return offset % N == 0 ? kGatherRunBytes - offset : kGatherRunBytes;
+}
 template <int64_t N, class Fill> inline bool stream_runs(int64_t n, char* out, Fill&& fill) {
     alignas(64) char buf[kGatherRunBytes];
     constexpr int64_t run = kGatherRunBytes / N;
-    const int64_t offset = int64_t(reinterpret_cast<uintptr_t>(out) & 63);
     bool ok = true;
-    for (int64_t j0 = 0, m = std::min(n, offset % N == 0 ? run - offset / N : run); j0 < n;
+    for (int64_t j0 = 0, m = std::min(n, first_run_bytes<N>(out) / N); j0 < n;
          j0 += m, m = std::min(run, n - j0)) {
         if (fill(j0, m, buf))
             stream_copy(out + j0 * N, buf, m * N);
@@ -1567,8 +1570,7 @@ template <int64_t N, class I>
                                              int64_t with_later, bool& ok) {
     constexpr std::integral_constant<int64_t, N> step;
     alignas(64) char buf[kGatherRunBytes];
-    const int64_t offset = int64_t(reinterpret_cast<uintptr_t>(out) & 63);
-    int64_t cap = offset % N == 0 ? kGatherRunBytes - offset : kGatherRunBytes;  // the run being filled
+    int64_t cap = first_run_bytes<N>(out);  // the run being filled
     int64_t have = 0;   // its bytes gathered so far
     bool good = true;   // no bad index among them
     auto flush = [&] {
@@ -1782,9 +1784,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                     }
                 }
                 if (contiguous) {
-                    // Random source elements beyond the cache: ask for those of a later row.
-                    const I* later =
-                        far && j + ahead_rows < j1 ? reinterpret_cast<const I*>(p[1] + (j + ahead_rows) * astr[1]) : nullptr;
+                    // Random source elements beyond the cache: those of a later row are asked for.
                     if (stream) {
                         // The rows from j on that hold several values, up to kWholeRows of them,
                         // in one call (stream_gather_rows), against a row per call. Stop 44, the
@@ -1808,6 +1808,9 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                         if (!ok) local_bad = true;
                         j += done - 1;
                     } else {
+                        const I* later = far && j + ahead_rows < j1
+                                             ? reinterpret_cast<const I*>(p[1] + (j + ahead_rows) * astr[1])
+                                             : nullptr;
                         if (later)
                             for (int64_t k = 0; k < count; ++k)
                                 if (in_bounds(later[k], size))
