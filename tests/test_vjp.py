@@ -578,24 +578,28 @@ def test_extremum_backward_native_and_numpy_agree(monkeypatch, reduction, dtype,
 
 
 @pytest.mark.parametrize("reduction", ["max", "min"])
-@pytest.mark.parametrize("ties", [255, 256, 257, 511, 512, 700])
-def test_extremum_backward_counts_more_ties_than_a_byte(monkeypatch, reduction, ties):
-    """The native pass counts a target's tying updates in a byte and counts again in the
-    compute type when one wraps: hundreds of updates tie at one target of each column (data
-    loses there), the other targets get a few ties with data."""
+@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.parametrize("ties", [14, 15, 16, 17, 40, 255, 256, 257, 511, 512, 700])
+def test_extremum_backward_counts_more_ties_than_a_byte(monkeypatch, reduction, ties, last):
+    """The native pass counts a target's tying updates in four bits, widens the counts to bytes
+    at a 16th tie, and counts again in the compute type when a byte wraps: up to hundreds of
+    updates tie at one target of each column (data loses there), the other targets get a few
+    ties with data, counted before the many (`last`: the counts held in four bits must survive
+    the widening) or after them."""
     rng = np.random.default_rng(ties)
     sign = 1 if reduction == "max" else -1
     d = rng.integers(0, 3, (40, 6)).astype(np.float32) * sign
     d[0] = 0
     i = rng.integers(1, 40, (ties + 100, 6))
-    i[:ties] = 0
+    many = slice(100, None) if last else slice(None, ties)
+    i[many] = 0
     u = rng.integers(0, 3, i.shape).astype(np.float32) * sign
-    u[:ties] = 5 * sign  # the result at row 0, from every one of them
+    u[many] = 5 * sign  # the result at row 0, from every one of them
     g = rng.standard_normal(d.shape).astype(np.float32)
     gd, gu = _extremum_three_ways(monkeypatch, g, d, i, u, 0, reduction)
     np.testing.assert_array_equal(gd[0], 0)
     share = g[0] / np.float32(ties)
-    np.testing.assert_array_equal(gu[:ties], np.broadcast_to(share, (ties, 6)))
+    np.testing.assert_array_equal(gu[many], np.broadcast_to(share, (ties, 6)))
 
 
 @pytest.mark.parametrize("reduction", ["max", "min"])
