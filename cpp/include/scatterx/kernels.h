@@ -2339,7 +2339,15 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
     // stride innermost.
     auto each_position = [&](char* const* p, int64_t count, const int64_t* in, auto&& f) {
         const int64_t size = g.axis_size, dstr = g.axis_stride, off0 = p[0] - dD;
-        if (count > 1 && in[0] < dstr) {
+        if (count > 1 && in[0] == N) {
+            // Rows of adjacent elements: an inner loop the compiler vectorises (stop 46, two
+            // builds in alternating processes, eight rounds of medians of five, two threads:
+            // vjp_max 42.5 -> 37.7 ms, faster in 8 of 8; vjp_min 48.3 -> 43.1, 7 of 8).
+            for (int64_t a = 0; a < size; ++a) {
+                const int64_t t0 = (off0 + a * dstr) / N;
+                for (int64_t k = 0; k < count; ++k) f(t0 + k, a, k);
+            }
+        } else if (count > 1 && in[0] < dstr) {
             for (int64_t a = 0; a < size; ++a)
                 for (int64_t k = 0; k < count; ++k) f((off0 + a * dstr + k * in[0]) / N, a, k);
         } else {
@@ -2417,10 +2425,12 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                 // (wrapping, noted); with ValueTies each update's tie is found here and kept in
                 // dU. Where ties_by_select, a byte from the start (the spare bytes below). In
                 // vjp_max a thread's table of 16 fibers of 100 000 is 1.6 MB in bytes, 0.8 MB
-                // in nibbles, against the 1 MB of L2 of each core of the Zen 5 machine: stop 45,
-                // one build with a switch, one process, eight rounds of medians of five calls,
-                // two threads: vjp_max 66.1 -> 61.5 ms (faster in 7 of 8), vjp_min 77.3 -> 68.5
-                // (8 of 8); the count pass alone 34-49 -> 32-38 ms. Results bitwise the same.
+                // in nibbles, against the 1 MB of L2 of each core of the Zen 5 machine. Stop 45,
+                // one build with a switch, one process, ten rounds of medians of five calls, two
+                // threads: vjp_max 54.9 -> 51.7 ms (faster in 7 of 10), vjp_min 55.3 -> 54.1 (7 of
+                // 10); one thread, and two builds in alternating processes, showed no difference
+                // beyond the noise (vjp_max 46.8 -> 50.2 ms, faster in 3 of 6). A small gain at
+                // best; kept for the table half the size. Results bitwise the same.
                 bool nibbles = !select;
                 const int64_t cells = c * g.axis_size;
                 std::memset(table, 0, size_t((nibbles ? (cells + 1) / 2 : cells) + kSpareCounts));
