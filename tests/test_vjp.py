@@ -9,6 +9,8 @@ as data (``TORCH_DIVERGENCES``) and checked to be exactly that.
 from __future__ import annotations
 
 
+import itertools
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -535,22 +537,25 @@ def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, 
 def _extremum_three_ways(monkeypatch, g, d, i, u, axis, reduction):
     """The native pass comparing values (on 1, 2 and 3 threads) and reading the residuals' tie
     masks, each fetching every update's count and share or only the tying updates' (the way
-    taken on Intel CPUs; both are run on any machine), and the NumPy way (ties counted in
-    integers), asserted bitwise the same."""
+    taken on Intel CPUs; both are run on any machine), comparing float32 rows sixteen updates at
+    a time or one by one (the first where the CPU has AVX-512F and DQ, else only the second),
+    and the NumPy way (ties counted in integers), asserted bitwise the same."""
     with monkeypatch.context() as m:
         m.setattr(_autodiff, "_NATIVE_TIES_LIMIT", dict.fromkeys(_autodiff._NATIVE_TIES_LIMIT, 0))
         expected = sx.scatter_elements_vjp(g, d, i, u, axis, reduction)
-    before = _core.set_ties_by_select(False)
+    before = _core.set_ties_by_select(False), _core.set_ties_by_rows(False)
     try:
-        for select in (False, True):
+        for select, rows in itertools.product((False, True), (False, True)):
             _core.set_ties_by_select(select)
+            _core.set_ties_by_rows(rows)
             got = _vjp_on_1_2_3_threads(g, d, i, u, axis, reduction)
             masks = _autodiff.scatter_backward(_autodiff.scatter_residuals(scatter_call(d, i, u, axis, reduction)), g)
             for other in (got, masks):
                 for a, b in zip(other, expected):
                     np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
     finally:
-        _core.set_ties_by_select(before)
+        _core.set_ties_by_select(before[0])
+        _core.set_ties_by_rows(before[1])
     return got
 
 
@@ -615,6 +620,43 @@ def test_extremum_backward_in_groups_of_fibers(monkeypatch, reduction):
     g = rng.standard_normal(d.shape).astype(np.float32)
     gd, gu = _extremum_three_ways(monkeypatch, g, d, i, u, 0, reduction)
     assert (gu != 0).any() and (gu == 0).any() and (gd == 0).any()
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("reduction", ["max", "min"])
+def test_extremum_backward_rows_of_more_than_sixteen_fibers(monkeypatch, reduction, index_dtype):
+    """float32 rows of 40 fibers, counted sixteen updates at a time where the CPU allows (16, 16
+    and 8 on one thread; 20 a thread, 16 and 4, on two), with the targets of a later row asked
+    for (the result, 9.6 MB, beyond the cache), ties, NaN and negative indices: the same bits
+    as one by one and as the NumPy way (_extremum_three_ways)."""
+    rng = np.random.default_rng(47)
+    d = rng.integers(-3, 4, (60_000, 40)).astype(np.float32)
+    u = rng.integers(-3, 4, (120_000, 40)).astype(np.float32)
+    d[rng.random(d.shape) < 0.01] = np.nan
+    u[rng.random(u.shape) < 0.01] = np.nan
+    i = rng.integers(-60_000, 60_000, u.shape).astype(index_dtype)
+    g = rng.standard_normal(d.shape).astype(np.float32)
+    gd, gu = _extremum_three_ways(monkeypatch, g, d, i, u, 0, reduction)
+    assert (gu != 0).any() and (gu == 0).any() and (gd != 0).any() and (gd == 0).any()
+
+
+@pytest.mark.parametrize("rows", [False, True])
+@pytest.mark.parametrize("lane", [3, 21, 39])
+def test_extremum_backward_names_a_bad_index_in_a_row_of_sixteen(rows, lane):
+    """An index out of bounds in the first, second or last sixteen of a row of 40 float32
+    updates (the row then goes one by one): an IndexError that names it, with the rows counted
+    sixteen at a time or not."""
+    rng = np.random.default_rng(53)
+    d = rng.standard_normal((60_000, 40)).astype(np.float32)
+    i = rng.integers(-60_000, 60_000, (120_000, 40))
+    i[70_001, lane] = 60_000
+    u = rng.standard_normal(i.shape).astype(np.float32)
+    before = _core.set_ties_by_rows(rows)
+    try:
+        with pytest.raises(IndexError, match=rf"index 60000 at indices\[70001, {lane}\]"):
+            sx.scatter_elements_vjp(d, d, i, u, 0, "max")
+    finally:
+        _core.set_ties_by_rows(before)
 
 
 @pytest.mark.parametrize("ishape", [(0, 3, 0), (0, 3, 4), (2, 3, 0)])
