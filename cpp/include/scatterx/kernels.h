@@ -2224,12 +2224,7 @@ inline bool cpu_has_avx512dq() {
     static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
     return has;
 }
-// Lanes [0, c) (c <= 16) of one row of indices ix of the float32 backward of max/min, sixteen
-// at a time: lane k's update u[k] against the result at its target, y[k + v * rstr] (v the
-// normalised index), by ValueTies' rule (equal, or both NaN). Writes gu[k] = 1 or 0 and v[k];
-// returns the tying lanes as bits, or -1, having written nothing, when an index is out of
-// bounds. With `ahead`, a later row's indices, first asks for that row's targets in y and,
-// with `cells`, for their counts at cells + ((w * cc + k) >> shift) (w its normalised index).
+// The helpers of tie_row_f32, inlined into it (AVX-512 code, chosen at run time).
 #define SCATTERX_TIE_ROWS_TARGET __attribute__((target("avx512f,avx512dq"), always_inline))
 // Lanes [0, 16) of a row of indices as two vectors of int64 (lanes beyond `lanes` 0).
 template <class I> SCATTERX_TIE_ROWS_TARGET inline void load_lanes(const I* q, __mmask16 lanes, __m512i& lo, __m512i& hi) {
