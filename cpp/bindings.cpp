@@ -723,8 +723,9 @@ NB_MODULE(_core, m) {
           "Intel CPUs) or every update's; returns the previous setting (for tests).");
     m.def("set_ties_by_rows", [](bool on) { return std::exchange(ties_by_rows(), on && ties_by_rows_supported()); },
           nb::arg("on"),
-          "Whether the float32 backward of max/min finds a row's ties sixteen at a time (the default where the CPU "
-          "has AVX-512F and DQ; never where it has not); returns the previous setting (for tests and measurements).");
+          "Whether the float32 and float64 backward of max/min finds a row's ties sixteen at a time (the default "
+          "where the CPU has AVX-512F and DQ; never where it has not); returns the previous setting (for tests and "
+          "measurements).");
     m.def("set_wide_stores", [](bool on) { return std::exchange(wide_stores(), on && wide_stores_supported()); },
           nb::arg("on"),
           "Whether streaming stores write whole 64-byte lines by one AVX-512 store (the default where the CPU "

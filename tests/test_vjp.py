@@ -622,35 +622,37 @@ def test_extremum_backward_in_groups_of_fibers(monkeypatch, reduction):
     assert (gu != 0).any() and (gu == 0).any() and (gd == 0).any()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("reduction", ["max", "min"])
-def test_extremum_backward_rows_of_more_than_sixteen_fibers(monkeypatch, reduction, index_dtype):
-    """float32 rows of 40 fibers, counted sixteen updates at a time where the CPU allows (16, 16
-    and 8 on one thread; 20 a thread, 16 and 4, on two), with the targets of a later row asked
-    for (the result, 9.6 MB, beyond the cache), ties, NaN and negative indices: the same bits
-    as one by one and as the NumPy way (_extremum_three_ways)."""
+def test_extremum_backward_rows_of_more_than_sixteen_fibers(monkeypatch, reduction, index_dtype, dtype):
+    """float32 and float64 rows of 40 fibers, counted sixteen updates at a time where the CPU
+    allows (16, 16 and 8 on one thread; 20 a thread, 16 and 4, on two), with the targets of a
+    later row asked for (the result, 9.6 or 19.2 MB, beyond the cache), ties, NaN and negative
+    indices: the same bits as one by one and as the NumPy way (_extremum_three_ways)."""
     rng = np.random.default_rng(47)
-    d = rng.integers(-3, 4, (60_000, 40)).astype(np.float32)
-    u = rng.integers(-3, 4, (120_000, 40)).astype(np.float32)
+    d = rng.integers(-3, 4, (60_000, 40)).astype(dtype)
+    u = rng.integers(-3, 4, (120_000, 40)).astype(dtype)
     d[rng.random(d.shape) < 0.01] = np.nan
     u[rng.random(u.shape) < 0.01] = np.nan
     i = rng.integers(-60_000, 60_000, u.shape).astype(index_dtype)
-    g = rng.standard_normal(d.shape).astype(np.float32)
+    g = rng.standard_normal(d.shape).astype(dtype)
     gd, gu = _extremum_three_ways(monkeypatch, g, d, i, u, 0, reduction)
     assert (gu != 0).any() and (gu == 0).any() and (gd != 0).any() and (gd == 0).any()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows", [False, True])
 @pytest.mark.parametrize("lane", [3, 21, 39])
-def test_extremum_backward_names_a_bad_index_in_a_row_of_sixteen(rows, lane):
-    """An index out of bounds in the first, second or last sixteen of a row of 40 float32
-    updates (the row then goes one by one): an IndexError that names it, with the rows counted
-    sixteen at a time or not."""
+def test_extremum_backward_names_a_bad_index_in_a_row_of_sixteen(rows, lane, dtype):
+    """An index out of bounds in the first, second or last sixteen of a row of 40 float32 or
+    float64 updates (the row then goes one by one): an IndexError that names it, with the rows
+    counted sixteen at a time or not."""
     rng = np.random.default_rng(53)
-    d = rng.standard_normal((60_000, 40)).astype(np.float32)
+    d = rng.standard_normal((60_000, 40)).astype(dtype)
     i = rng.integers(-60_000, 60_000, (120_000, 40))
     i[70_001, lane] = 60_000
-    u = rng.standard_normal(i.shape).astype(np.float32)
+    u = rng.standard_normal(i.shape).astype(dtype)
     before = _core.set_ties_by_rows(rows)
     try:
         with pytest.raises(IndexError, match=rf"index 60000 at indices\[70001, {lane}\]"):

@@ -2224,7 +2224,7 @@ inline bool cpu_has_avx512dq() {
     static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
     return has;
 }
-// The helpers of tie_row_f32, inlined into it (AVX-512 code, chosen at run time).
+// The helpers of tie_row, inlined into it (AVX-512 code, chosen at run time).
 #define SCATTERX_TIE_ROWS_TARGET __attribute__((target("avx512f,avx512dq"), always_inline))
 // Lanes [0, 16) of a row of indices as two vectors of int64 (lanes beyond `lanes` 0).
 template <class I> SCATTERX_TIE_ROWS_TARGET inline void load_lanes(const I* q, __mmask16 lanes, __m512i& lo, __m512i& hi) {
@@ -2246,17 +2246,30 @@ SCATTERX_TIE_ROWS_TARGET inline unsigned lanes_in_bounds(__m512i lo, __m512i hi,
 SCATTERX_TIE_ROWS_TARGET inline __m512i normalise_lanes(__m512i x, __m512i sz) {
     return _mm512_mask_add_epi64(x, _mm512_cmplt_epi64_mask(x, _mm512_setzero_si512()), x, sz);
 }
-// Lanes [0, c) (c <= 16) of one row of indices ix of the float32 backward of max/min, sixteen
-// at a time: lane k's update u[k] against the result at its target, y[k + v * rstr] (v the
-// normalised index), by ValueTies' rule (equal, or both NaN). Writes gu[k] = 1 or 0 and v[k];
-// returns the tying lanes as bits, or -1, having written nothing, when an index is out of
-// bounds. With `ahead`, a later row's indices, first asks for that row's targets in y and,
-// with `cells`, for their counts at cells + ((w * cc + k) >> shift) (w its normalised index).
-template <class I>
-__attribute__((target("avx512f,avx512dq"))) inline int64_t tie_row_f32(const I* ix, const I* ahead, int64_t c,
-                                                                      int64_t size, const float* y, int64_t rstr,
-                                                                      const float* u, float* gu, int64_t* v,
-                                                                      const char* cells, int64_t cc, int shift) {
+// Eight float64 lanes (m) of tie_row: the result at elements e of y against u, the masks into
+// gu; the tying lanes as bits.
+SCATTERX_TIE_ROWS_TARGET inline unsigned tie_lanes_f64(__m512i e, __mmask8 m, const double* y, const double* u,
+                                                       double* gu) {
+    const __m512d yy = _mm512_mask_i64gather_pd(_mm512_setzero_pd(), m, e, y, 8);
+    const __m512d uu = _mm512_maskz_loadu_pd(m, u);
+    const __mmask8 t = (_mm512_cmp_pd_mask(uu, yy, _CMP_EQ_OQ) |
+                        (_mm512_cmp_pd_mask(uu, uu, _CMP_UNORD_Q) & _mm512_cmp_pd_mask(yy, yy, _CMP_UNORD_Q))) &
+                       m;
+    _mm512_mask_storeu_pd(gu, m, _mm512_maskz_mov_pd(t, _mm512_set1_pd(1.0)));
+    return unsigned(t);
+}
+// Lanes [0, c) (c <= 16) of one row of indices ix of the backward of max/min for float32 or
+// float64 (V), sixteen at a time: lane k's update u[k] against the result at its target,
+// y[k + v * rstr] (v the normalised index), by ValueTies' rule (equal, or both NaN). Writes
+// gu[k] = 1 or 0 and v[k]; returns the tying lanes as bits, or -1, having written nothing,
+// when an index is out of bounds. With `ahead`, a later row's indices, first asks for that
+// row's targets in y and, with `cells`, for their counts at cells + ((w * cc + k) >> shift)
+// (w its normalised index).
+template <class V, class I>
+__attribute__((target("avx512f,avx512dq"))) inline int64_t tie_row(const I* ix, const I* ahead, int64_t c,
+                                                                  int64_t size, const V* y, int64_t rstr, const V* u,
+                                                                  V* gu, int64_t* v, const char* cells, int64_t cc,
+                                                                  int shift) {
     const __mmask16 lanes = __mmask16((1u << c) - 1);
     const __m512i sz = _mm512_set1_epi64(size), span = _mm512_set1_epi64(2 * size), rs = _mm512_set1_epi64(rstr);
     const __m512i iota0 = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
@@ -2289,16 +2302,23 @@ __attribute__((target("avx512f,avx512dq"))) inline int64_t tie_row_f32(const I* 
                 if (ok >> k & 1) __builtin_prefetch(y + at[k]);
         }
     }
-    const __m256 ylo = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(lanes),
-                                                _mm512_add_epi64(_mm512_mullo_epi64(lo, rs), iota0), y, 4);
-    const __m256 yhi = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(lanes >> 8),
-                                                _mm512_add_epi64(_mm512_mullo_epi64(hi, rs), iota1), y, 4);
-    const __m512 yy = _mm512_insertf32x8(_mm512_castps256_ps512(ylo), yhi, 1);
-    const __m512 uu = _mm512_maskz_loadu_ps(lanes, u);
-    const __mmask16 tie = (_mm512_cmp_ps_mask(uu, yy, _CMP_EQ_OQ) |
-                           (_mm512_cmp_ps_mask(uu, uu, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(yy, yy, _CMP_UNORD_Q))) &
-                          lanes;
-    _mm512_mask_storeu_ps(gu, lanes, _mm512_maskz_mov_ps(tie, _mm512_set1_ps(1.0f)));
+    const __m512i elo = _mm512_add_epi64(_mm512_mullo_epi64(lo, rs), iota0);
+    const __m512i ehi = _mm512_add_epi64(_mm512_mullo_epi64(hi, rs), iota1);
+    __mmask16 tie;
+    if constexpr (std::is_same_v<V, float>) {
+        const __m256 ylo = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(lanes), elo, y, 4);
+        const __m256 yhi = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(lanes >> 8), ehi, y, 4);
+        const __m512 yy = _mm512_insertf32x8(_mm512_castps256_ps512(ylo), yhi, 1);
+        const __m512 uu = _mm512_maskz_loadu_ps(lanes, u);
+        tie = (_mm512_cmp_ps_mask(uu, yy, _CMP_EQ_OQ) |
+               (_mm512_cmp_ps_mask(uu, uu, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(yy, yy, _CMP_UNORD_Q))) &
+              lanes;
+        _mm512_mask_storeu_ps(gu, lanes, _mm512_maskz_mov_ps(tie, _mm512_set1_ps(1.0f)));
+    } else {
+        // Eight doubles a vector: each half of the row on its own.
+        tie = __mmask16(tie_lanes_f64(elo, __mmask8(lanes), y, u, gu) |
+                        tie_lanes_f64(ehi, __mmask8(lanes >> 8), y, u + 8, gu + 8) << 8);
+    }
     _mm512_storeu_si512(v, lo);
     _mm512_storeu_si512(v + 8, hi);
     return tie;
@@ -2330,8 +2350,9 @@ inline bool& ties_by_select() {
     static bool select = cpu_is_intel();
     return select;
 }
-// Whether the float32 backward of max/min finds the ties of a row of updates sixteen at a time
-// (tie_row_f32): where the CPU has AVX-512F and DQ (tests turn it off to reach both ways).
+// Whether the float32 and float64 backward of max/min finds the ties of a row of updates
+// sixteen at a time (tie_row): where the CPU has AVX-512F and DQ (tests turn it off to reach
+// both ways).
 inline bool ties_by_rows_supported() {
 #ifdef SCATTERX_HAVE_TIE_ROWS
     return cpu_has_avx512dq();
@@ -2585,25 +2606,27 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                     }
                     bump(v * c + k, tie, u);
                 };
-                // float32 rows sixteen updates at a time (tie_row_f32), where the CPU has
-                // AVX-512F and DQ: only the tying updates reach the table (adding 0 at the
+                // float32 and float64 rows sixteen updates at a time (tie_row), where the CPU
+                // has AVX-512F and DQ: only the tying updates reach the table (adding 0 at the
                 // others changes nothing). A row with an index out of bounds goes update by
                 // update, as before. One by one, the walk ran about 45 instructions per update
                 // (bounds, address, the later row's requests, the comparison, the table).
                 // Stop 46, one process with a switch, ten rounds of medians of five, two
                 // threads: vjp_max 46.2 -> 30.3 ms (faster in 10 of 10), vjp_min 42.9 -> 28.9 (9
                 // of 10); old and new builds in alternating processes, six rounds: vjp_max 42.3
-                // -> 27.1, vjp_min 43.1 -> 32.9 (6 of 6 each). Results bitwise the same.
+                // -> 27.1, vjp_min 43.1 -> 32.9 (6 of 6 each). float64 (from stop 46's end; the
+                // vjp_max shapes, eight rounds, one process): max 62.2 -> 41.2 ms, min 50.4 ->
+                // 35.4 (8 of 8 each). Results bitwise the same.
                 auto tally_row = [&](const I* ix, const I* ahead, int64_t t0, int64_t q0) {
 #ifdef SCATTERX_HAVE_TIE_ROWS
-                    if constexpr (std::is_same_v<Ties, ValueTies<float>> && std::is_same_v<T, float>) {
+                    if constexpr (std::is_same_v<Ties, ValueTies<T>>) {
                         if (!by_rows) return false;
                         const int64_t size = g.axis_size, rstr = g.axis_stride / N;
                         alignas(64) int64_t v[16];
                         for (int64_t k0 = 0; k0 < c; k0 += 16) {
                             const int64_t n = std::min<int64_t>(16, c - k0);
                             const int shift = nibbles ? 1 : 0;
-                            const int64_t m = tie_row_f32(
+                            const int64_t m = tie_row(
                                 ix + k0, ahead ? ahead + k0 : nullptr, n, size, ties.Y + t0 + k0, rstr,
                                 ties.U + q0 + k0, gu + q0 + k0, v,
                                 select ? nullptr : reinterpret_cast<const char*>(table) + (k0 >> shift), c, shift);
