@@ -2220,10 +2220,6 @@ template <class V> struct ValueTies {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SCATTERX_HAVE_TIE_ROWS 1
-inline bool cpu_has_avx512dq() {
-    static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-    return has;
-}
 // The helpers of tie_row, inlined into it (AVX-512 code, chosen at run time).
 #define SCATTERX_TIE_ROWS_TARGET __attribute__((target("avx512f,avx512dq"), always_inline))
 // Lanes [0, 16) of a row of indices as two vectors of int64 (lanes beyond `lanes` 0).

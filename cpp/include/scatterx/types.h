@@ -202,6 +202,10 @@ inline bool cpu_has_avx512f() {
     static const bool has = __builtin_cpu_supports("avx512f");
     return has;
 }
+inline bool cpu_has_avx512dq() {
+    static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    return has;
+}
 inline bool cpu_has_f16c() {
     static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
     return has;
