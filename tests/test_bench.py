@@ -298,7 +298,18 @@ def test_touches_are_the_targets_in_visiting_order():
     t = touches(c, x)
     np.testing.assert_array_equal(t.positions, x.indices[:, 0] * x.data.shape[1] * 4)
     assert t.span == x.data.shape[1] * 4
-    assert touches(*case("vjp_add")).write is False and touches(*case("vjp_max")).write is True
+    assert touches(*case("vjp_add")).write is False and touches(*case("vjp_mul")).write is True
+    # The backward of max and min: two passes that read the targets, the result beside the
+    # updates (the ties), then the shares beside the update gradients written.
+    for name in ("vjp_max", "vjp_min"):
+        c, x = case(name)
+        first, second = touches(c, x).passes
+        assert (first.write, first.stream_written, second.write, second.stream_written) == (False, False, False, True)
+        assert second.then is None and first.stream_bytes == second.stream_bytes == x.updates.nbytes
+        np.testing.assert_array_equal(first.positions, second.positions)
+        cols = np.arange(x.indices.shape[1])[None, :]
+        np.testing.assert_array_equal(first.positions, ((x.indices * x.data.shape[1] + cols) * 4).reshape(-1))
+    assert [len(touches(*case(n)).passes) for n in ("vjp_none", "vjp_add", "vjp_mul", "max0")] == [1, 1, 1, 1]
     # The positions are as wide as the index they stand for (a kernel reads int32 as it is).
     for name in ("max0", "mp_add", "hist_add"):
         c, x = case(name)
@@ -319,7 +330,7 @@ def test_touches_are_the_targets_in_visiting_order():
     assert touches(*case("tiny_3x3")) is None
     # The kernel writes that stream for a gather (its result) and for a scatter's backward (the
     # update gradients); it reads it for a scatter and for a gather's backward.
-    written = {c.name for c in CASES if c.has_bound and touches(*case(c.name)).stream_written}
+    written = {c.name for c in CASES if c.has_bound and touches(*case(c.name)).passes[-1].stream_written}
     assert written == {c.name for c in CASES if c.has_bound and c.op in ("gather", "scatter_vjp")}
     assert "gather_max0" in written and "vjp_none" in written and "vjp_gather" not in written
     # Fibers of float adds or products keep their order: no thread takes a range of positions
@@ -444,6 +455,32 @@ def test_the_probe_shares_ordered_targets_only_in_the_ways_a_kernel_may(monkeypa
     assert alone.way.describe() == f"1 thread, ranges, {alone.way.ahead} ahead"
     assert {(n, split) for n, split, _ in calls} == {(1, "ranges")}
     assert _bench.probe_floor(None, two) == _bench.ProbeFloor()  # the latency cases
+
+
+def test_the_probe_of_the_backward_of_max_times_both_passes_in_each_call(monkeypatch):
+    from scatterx import _core
+
+    calls = []
+
+    def touch(table, positions, span, write, ahead, stream, split, stream_written):
+        calls.append((write, stream_written, positions.size))
+        time.sleep((2 if stream_written else 1) / 1e3)  # the second pass takes longer
+        return 0
+
+    monkeypatch.setattr(_core, "touch", touch)
+    one = _bench.Settings(quick=True, threads=1, repeat=5, min_time=0.001)
+    c = next(c for c in CASES if c.name == "vjp_max")
+    x = build_inputs(c, quick=True)
+    floor = _bench.probe_floor(touches(c, x), one)
+    # Every call is the first pass (reads, the updates read) then the second (reads, the update
+    # gradients written), over every target; the floor is both together.
+    assert calls[:2] == [(False, False, x.indices.size), (False, True, x.indices.size)]
+    assert calls == calls[:2] * (len(calls) // 2)
+    assert 3 <= floor.ms < 5
+    calls.clear()
+    c = next(c for c in CASES if c.name == "vjp_mul")
+    floor = _bench.probe_floor(touches(c, build_inputs(c, quick=True)), one)
+    assert {call[:2] for call in calls} == {(True, True)} and 2 <= floor.ms < 4
 
 
 def test_the_streaming_target_counts_only_reachable_cases():

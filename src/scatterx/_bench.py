@@ -376,7 +376,9 @@ def probe_floor(t: Touches | None, settings: Settings) -> ProbeFloor:
     read of each line cost more than that). On one thread, and on scatterx's threads shared out
     in each of the ways a kernel may share them (`Touches.splits`: contiguous ranges of the
     positions, except for fibers of float adds or products, which must keep their order), each
-    prefetched at each of `_PROBE_AHEAD`: the fastest of these. The streaming bound counts every
+    prefetched at each of `_PROBE_AHEAD`: the fastest of these. A case whose kernel must pass
+    over its targets twice (`Touches.passes`: the backward of max and min) has both passes in
+    each call, one after the other. The streaming bound counts every
     byte once; a random access moves a whole line, fetched again (and, when written, stored
     again) each time if the table exceeds the cache.
     This is a measurement, not a proof: an algorithm that brings a dense region in whole, or
@@ -396,7 +398,8 @@ def probe_floor(t: Touches | None, settings: Settings) -> ProbeFloor:
     def probe(way: ProbeWay):
         def run():
             sx.set_num_threads(way.threads)
-            _core.touch(table, t.positions, t.span, t.write, way.ahead, stream, way.split, t.stream_written)
+            for p in t.passes:
+                _core.touch(table, p.positions, p.span, p.write, way.ahead, stream, way.split, p.stream_written)
         return run
 
     shares = [(1, "ranges")] + ([(settings.threads, split) for split in t.splits] if settings.threads > 1 else [])

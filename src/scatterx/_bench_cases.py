@@ -277,6 +277,14 @@ class Touches:
     stream_bytes: int = 0
     splits: tuple[str, ...] = ("ranges",)
     stream_written: bool = False
+    # A second pass over the same targets that must follow this one (`passes`): the backward
+    # of max and min, which cannot hand out a target's share before it has counted every tie.
+    then: Touches | None = None
+
+    @property
+    def passes(self) -> list[Touches]:
+        """This pass and those that must follow it, in order."""
+        return [self] + (self.then.passes if self.then is not None else [])
 
     @property
     def ordered(self) -> bool:
@@ -302,10 +310,14 @@ def _splits(case: Case, data: np.ndarray, indices: np.ndarray, span: int) -> tup
 
 
 def touches(case: Case, inputs: Inputs) -> Touches | None:
-    """The target accesses of `case`: of a scatter (written) or a gather (read), or of the one
-    pass over random targets that each backward needs at least (the gradient read at the
-    targets for "add"; written, and so read and written back, for the others and for the
-    backward of a gather). None for the latency case.
+    """The target accesses of `case`: of a scatter (written) or a gather (read), or of the
+    passes over random targets that each backward needs at least: one for "add" (the gradient
+    read at the targets), "none", "mul" and the backward of a gather (written, and so read and
+    written back); two for "max" and "min", each reading the targets (`Touches.then`). An
+    update's share there is the target's gradient over the number of ties at the target, so no
+    share is known before every update of the target has been compared with the result there:
+    a first pass reads the result at the targets beside the updates, a second reads each
+    target's share beside the update gradients it writes. None for the latency case.
 
     An expanded index visits one whole row per leading index; any other index one element per
     index, at the flat position of its target in C order. A materialised expanded index visits
@@ -321,7 +333,7 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
     item = data.dtype.itemsize
     size = data.shape[axis]
     if case.op == "scatter_vjp":
-        write = case.reduction != "add"
+        write = case.reduction != "add"  # max and min: two passes that read (below)
     else:
         write = case.op != "gather"
     stream = indices.size * item
@@ -340,7 +352,11 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
     coords[axis] = np.where(indices < 0, indices + size, indices)
     flat = np.ravel_multi_index(np.broadcast_arrays(*coords), data.shape).reshape(-1)
     positions = _as_wide_as(flat * item, indices, data.nbytes)  # flat is intp: no int32 overflow
-    return Touches(data.nbytes, positions, item, write, stream, _splits(case, data, indices, item), written)
+    splits = _splits(case, data, indices, item)
+    if case.op == "scatter_vjp" and case.reduction in ("max", "min"):
+        shares = Touches(data.nbytes, positions, item, False, stream, splits, True)
+        return Touches(data.nbytes, positions, item, False, stream, splits, False, then=shares)
+    return Touches(data.nbytes, positions, item, write, stream, splits, written)
 
 
 def _as_wide_as(positions: np.ndarray, index: np.ndarray, table_bytes: int) -> np.ndarray:
