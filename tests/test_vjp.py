@@ -641,6 +641,45 @@ def test_extremum_backward_rows_of_more_than_sixteen_fibers(monkeypatch, reducti
     assert (gu != 0).any() and (gu == 0).any() and (gd != 0).any() and (gd == 0).any()
 
 
+# Values of each type among which ties are decided: zeros of both signs, NaNs of several
+# payloads and both signs, infinity, the smallest subnormals, and neighbours that a narrower type
+# would merge (float64 ones 2^-40 apart, which float32 rounds to one value).
+_TIE_POOLS = {
+    np.dtype(np.float64): np.array([0.0, -0.0, 1.0, 1.0 + 2.0**-40, 1.0 - 2.0**-40, 3.0, np.inf,
+                                    np.float64(np.uint64(0x7FF8000000000001).view(np.float64)), np.nan]),
+    np.dtype(np.float32): np.array([0x00000000, 0x80000000, 0x3F800000, 0x3F800001, 0x7F800000, 0x00000001,
+                                    0x7FC00000, 0x7F800001, 0xFFC00001], np.uint32).view(np.float32),
+    np.dtype(np.float16): np.array([0x0000, 0x8000, 0x3C00, 0x3C01, 0x7C00, 0x0001, 0x8001,
+                                    0x7E00, 0x7C01, 0xFE00, 0xFFFF], np.uint16).view(np.float16),
+    BF16: np.array([0x0000, 0x8000, 0x3F80, 0x3F81, 0x7F80, 0x0001, 0x8001,
+                    0x7FC0, 0x7F81, 0xFFC0, 0xFFFF], np.uint16).view(BF16),
+}
+
+
+@pytest.mark.parametrize("reduction", ["max", "min"])
+@pytest.mark.parametrize("dtype", list(_TIE_POOLS), ids=str)
+def test_extremum_backward_ties_are_equality_in_the_data_type(monkeypatch, reduction, dtype):
+    """A tie is equality in the data's own type (SPEC section 5): zeros of either sign tie, a NaN
+    ties any NaN whatever its payload and sign, and float64 values that differ tie with nothing
+    but themselves, though float32 would round them to one value. Data and updates drawn from
+    `_TIE_POOLS`, against the oracle (float64), every native way and the NumPy way alike."""
+    rng = np.random.default_rng(67)
+    pool = _TIE_POOLS[dtype]
+    d = pool[rng.integers(0, pool.size, (60, 20))]
+    i = rng.integers(-60, 60, (130, 20))
+    u = pool[rng.integers(0, pool.size, i.shape)]
+    g = np.full(d.shape, 840, dtype)  # 840 / n is exact for every n up to 8
+    got = _extremum_three_ways(monkeypatch, g, d, i, u, 0, reduction)
+    with np.errstate(invalid="ignore"):  # widening a signalling NaN
+        want = oracle.scatter_elements_vjp(g, d, i, u, 0, reduction)
+    eps = float(ml_dtypes.finfo(dtype).eps) if dtype == BF16 else float(np.finfo(dtype).eps)
+    for a, b in zip(got, want):
+        assert a.dtype == dtype
+        np.testing.assert_allclose(a.astype(np.float64), b, rtol=2 * eps, atol=0)
+    # Shares were handed out, and withheld.
+    assert (got[1] != 0).any() and (got[1] == 0).any() and (got[0] != 0).any() and (got[0] == 0).any()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows", [False, True])
 @pytest.mark.parametrize("lane", [3, 21, 39])
