@@ -2614,11 +2614,12 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                 };
                 // The cells of tying updates that tie_row found, counted kTiedBatch or more at a
                 // time (flush_tied) rather than row by row: a loop over the tying lanes of each
-                // row ended at a point that changed from row to row, a branch the CPU
-                // mispredicted once a row or so (4.5 ties a row on average in vjp_max). The
-                // counts are sums, so their order does not matter; nor does a 16th or a 256th
-                // tie at a target depend on it (widen, wrapped). Stop 47, one process with a
-                // switch, two threads, medians of five calls: vjp_max 32.1 -> 30.7 and 38.0 ->
+                // row ended at a point that changed from row to row (4.5 ties a row on average
+                // in vjp_max), a branch expected to mispredict about once a row (the reason for
+                // trying it; branch misses were not counted). The counts are sums, so their
+                // order does not matter; nor does a 16th or a 256th tie at a target depend on it
+                // (widen, wrapped). Stop 47, one process with a switch (an experimental build),
+                // two threads, medians of five calls: vjp_max 32.1 -> 30.7 and 38.0 ->
                 // 34.9 ms (faster in 6 of 8 and 10 of 12 rounds), vjp_min 30.7 -> 28.9 and 35.0
                 // -> 33.1 (8 of 8, 10 of 12). Results bitwise the same.
                 constexpr int64_t kTiedBatch = 256;
