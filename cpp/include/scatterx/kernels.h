@@ -2343,7 +2343,6 @@ __attribute__((target("avx512f,avx512dq"))) inline int64_t tie_row(const I* ix, 
 // faster).
 inline constexpr int64_t kTieCountBytes = int64_t(2) << 20;
 static_assert(kTieCountBytes <= INT32_MAX, "tie_row hands out a count cell as int32");
-inline constexpr int64_t kSpareCounts = 64;  // see extremum_backward
 // Whether the backward of max/min fetches only the tying updates' counts and shares (a select of
 // the address, below) or every update's. Measured faster on Intel (stop 35, below); on the Zen 3
 // machine of stops 18-34 every form of it tried was slower or no faster (stop 18: 92-132
@@ -2544,9 +2543,7 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
         const int64_t per = bytes_per_group ? std::min(count, bytes_per_group / g.axis_size) : 0;
-        // The table, then kSpareCounts bytes that take the +0 of the updates that do not tie.
-        TieCount* const table =
-            per ? reinterpret_cast<TieCount*>(thread_scratch(per * g.axis_size + kSpareCounts)) : nullptr;
+        TieCount* const table = per ? reinterpret_cast<TieCount*>(thread_scratch(per * g.axis_size)) : nullptr;
         if (!per) {
             count_in_place(p, count, in, local_bad);
         } else if (table) {
@@ -2557,7 +2554,7 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                 // below 16 (half the table's bytes: more of it stays in the cache), widened in
                 // place to a byte each when one would reach 16 (widen), then counted in bytes
                 // (wrapping, noted); with ValueTies each update's tie is found here and kept in
-                // dU. Where ties_by_select, a byte from the start (the spare bytes below). In
+                // dU. Where ties_by_select, a byte from the start. In
                 // vjp_max a thread's table of 16 fibers of 100 000 is 1.6 MB in bytes, 0.8 MB
                 // in nibbles, against the 1 MB of L2 of each core of the Zen 5 machine. Stop 45,
                 // one build with a switch, one process, ten rounds of medians of five calls, two
@@ -2567,53 +2564,32 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                 // best; kept for the table half the size. Results bitwise the same.
                 bool nibbles = !select;
                 const int64_t cells = c * g.axis_size;
-                std::memset(table, 0, size_t((nibbles ? (cells + 1) / 2 : cells) + kSpareCounts));
+                std::memset(table, 0, size_t(nibbles ? (cells + 1) / 2 : cells));
                 // The nibble counts become bytes, from the last down, so that none is
                 // overwritten before it is read (byte `at` takes the nibble at `at` / 2).
                 auto widen = [&] {
                     for (int64_t at = cells - 1; at >= 0; --at)
                         table[at] = TieCount((uint8_t(table[at >> 1]) >> (int(at & 1) * 4)) & 15);
-                    std::memset(table + cells, 0, size_t(kSpareCounts));
                     nibbles = false;
                 };
                 bool wrapped = false;
-                // With ties_by_select, only a tying update reads and writes its target's count,
-                // and a later update's count is not asked for ahead; the others add 0 to one of
-                // the spare bytes past the table (a select, not a branch: the ties are random),
-                // which stay in the cache. Rotating over them keeps each such store from waiting
-                // on the one before.
-                const int64_t spare = c * g.axis_size;
-                auto slot = [spare, select](int64_t at, uint8_t tie, int64_t u) {
-                    return tie || !select ? at : spare + (u & (kSpareCounts - 1));
-                };
-                // Counts update u's tie (0 or 1) at `cell` of the table.
-                auto bump = [&](int64_t cell, uint8_t tie, int64_t u) {
+                // Counts one tie at `cell` of the table. Only tying updates reach it (flush_tied).
+                auto bump = [&](int64_t cell) {
                     if (nibbles) {
                         const int shift = int(cell & 1) * 4;
                         const uint8_t b = uint8_t(table[cell >> 1]);
-                        if (!(tie && ((b >> shift) & 15) == 15)) [[likely]] {
-                            table[cell >> 1] = TieCount(uint8_t(b + (tie << shift)));
+                        if (((b >> shift) & 15) != 15) [[likely]] {
+                            table[cell >> 1] = TieCount(uint8_t(b + (1 << shift)));
                             return;
                         }
                         widen();  // a 16th tie at a target: bytes from here on
                     }
-                    const int64_t at = slot(cell, tie, u);
-                    const uint8_t n = uint8_t(uint8_t(table[at]) + tie);
-                    table[at] = TieCount(n);
-                    wrapped |= (n == 0) & (tie != 0);
+                    const uint8_t n = uint8_t(uint8_t(table[cell]) + 1);
+                    table[cell] = TieCount(n);
+                    wrapped |= n == 0;
                 };
-                auto tally = [&](int64_t t, int64_t u, int64_t v, int64_t k) {
-                    uint8_t tie;
-                    if constexpr (Ties::compares) {
-                        tie = ties.update(u, t);
-                        gu[u] = T(tie);
-                    } else {
-                        tie = ties.noted(gu, u);
-                    }
-                    bump(v * c + k, tie, u);
-                };
-                // The cells of tying updates that tie_row found, counted kTiedBatch or more at a
-                // time (flush_tied) rather than row by row: a loop over the tying lanes of each
+                // The cells of tying updates, counted kTiedBatch or more at a time (flush_tied).
+                // tie_row's, rather than row by row: a loop over the tying lanes of each
                 // row ended at a point that changed from row to row (4.5 ties a row on average
                 // in vjp_max), a branch expected to mispredict about once a row (the reason for
                 // trying it; branch misses were not counted). The counts are sums, so their
@@ -2626,8 +2602,28 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                 int32_t tied[kTiedBatch + 16];  // tie_row writes sixteen past the last
                 int64_t ntied = 0;
                 auto flush_tied = [&] {
-                    for (int64_t i = 0; i < ntied; ++i) bump(tied[i], 1, 0);
+                    for (int64_t i = 0; i < ntied; ++i) bump(tied[i]);
                     ntied = 0;
+                };
+                // One by one (tally), every update's cell is written at the end of the batch and
+                // the batch grows by its tie (0 or 1): no read-modify-write of a random count for
+                // the updates that do not tie (about 72 % in vjp_max), and no branch on the
+                // nibble's 16th tie but at the flush. Stop 48, a Zen 3 virtual machine (no
+                // AVX-512, so every float32 row goes one by one), one process with a switch, two
+                // threads, medians of five calls, six rounds: vjp_max 138.2 -> 122.4 ms (faster
+                // in 6 of 6), vjp_min 148.0 -> 126.6 (5 of 6), float16 max 223.1 -> 198.6 (5 of
+                // 6), min 226.4 -> 195.0 (6 of 6). Results bitwise the same.
+                auto tally = [&](int64_t t, int64_t u, int64_t v, int64_t k) {
+                    uint8_t tie;
+                    if constexpr (Ties::compares) {
+                        tie = ties.update(u, t);
+                        gu[u] = T(tie);
+                    } else {
+                        tie = ties.noted(gu, u);
+                    }
+                    tied[ntied] = int32_t(v * c + k);
+                    ntied += tie;
+                    if (ntied >= kTiedBatch) flush_tied();
                 };
                 // float32 and float64 rows sixteen updates at a time (tie_row), where the CPU
                 // has AVX-512F and DQ: only the tying updates reach the table (adding 0 at the
@@ -2668,15 +2664,17 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                     return false;
                 };
                 // The result at a later target; with the masks, whose ties are known ahead, the
-                // count of a later tie. (Asking for every update's count, as until stop 35,
-                // measured no faster for vjp_max and slower for vjp_min: below.)
+                // count of a later tie (with ties_by_select, the others ask for the table's
+                // first byte, a select, not a branch: the ties are random). (Asking for every
+                // update's count, as until stop 35, measured no faster for vjp_max and slower
+                // for vjp_min: below.)
                 auto ask = [&](int64_t t, int64_t u, int64_t v, int64_t k) {
                     if constexpr (Ties::compares) {
                         ties.prefetch(t);
                         if (!select) __builtin_prefetch(table + ((v * c + k) >> (nibbles ? 1 : 0)), 1);
                     } else {
                         const int64_t at = v * c + k;
-                        __builtin_prefetch(table + (nibbles ? at >> 1 : slot(at, ties.noted(gu, u), u)), 1);
+                        __builtin_prefetch(table + (nibbles ? at >> 1 : shared_at(at, ties.noted(gu, u))), 1);
                     }
                 };
                 walk(q, c, in, 0, fs.na, ask, tally_row, local_bad, tally);
