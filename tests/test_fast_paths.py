@@ -917,3 +917,66 @@ def test_rows_of_one_target_drawn(rng, threads, streaming, in_place, wide):
         sx.set_num_threads(before_threads)
         _core.set_stream_bytes(before_stream)
         _core.set_wide_stores(before_wide)
+
+
+def _narrowing_sources() -> np.ndarray:
+    """float32 values for the casts to 16 bits: every float32 whose low bits (13 for float16,
+    16 for bfloat16) are on or next to a rounding boundary, under every pattern of the bits
+    above; the exact midpoints between neighbouring float16 and bfloat16 values (subnormal
+    float16 included) and the floats next to them; NaNs of every payload class and sign."""
+    top19 = np.arange(2**19, dtype=np.uint32) << 13
+    top16 = np.arange(2**16, dtype=np.uint32) << 16
+    bits = [top19 | low for low in (0, 1, 0xFFF, 0x1000, 0x1001, 0x1FFF)]
+    bits += [top16 | low for low in (0x7FFF, 0x8000, 0x8001, 0xFFFF)]
+    values = [np.concatenate(bits).view(np.float32)]
+    for narrow in (np.float16, ml_dtypes.bfloat16):
+        every = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(narrow).astype(np.float64)
+        every = np.sort(every[np.isfinite(every)])
+        mids = ((every[:-1] + every[1:]) / 2).astype(np.float32)  # exact: 12 or 9 bits
+        values += [mids, np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, np.float32(-np.inf))]
+    out = np.concatenate(values)
+    return np.random.default_rng(11).permutation(out)  # NaNs inside and between the vectors
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_narrowing_to_16_bits_is_numpys_cast(restore_threads, threads, dtype):
+    """The native cast of float32 into float16 / bfloat16 (the gradients of 16-bit data end
+    there) gives the bits of NumPy's and ml_dtypes' casts: rounding to nearest even, overflow,
+    subnormals, and NumPy's NaN rule (payload kept, not quieted), for tails of every length."""
+    sx.set_num_threads(threads)
+    src = _narrowing_sources()
+    with np.errstate(invalid="ignore", over="ignore"):
+        expected = src.astype(dtype).view(np.uint16)
+    got = _kernels.cast(src, dtype)
+    assert got.dtype == np.dtype(dtype) and got.shape == src.shape
+    np.testing.assert_array_equal(got.view(np.uint16), expected)
+    for n in range(40):  # short arrays: tails, and a NaN in every position of a vector
+        part = src[n * 7: n * 7 + n].reshape(n, 1)
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.testing.assert_array_equal(_kernels.cast(part, dtype).view(np.uint16), part.astype(dtype).view(np.uint16))
+    for nan_at in range(17):
+        part = np.linspace(-3, 3, 33, dtype=np.float32)
+        part[nan_at] = np.uint32(0x7F800001).view(np.float32)  # signalling: NumPy keeps it so
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.testing.assert_array_equal(_kernels.cast(part, dtype).view(np.uint16), part.astype(dtype).view(np.uint16))
+
+
+def test_cast_of_other_layouts_and_types_is_astype():
+    """What the native cast does not take (a strided view, float64, another target) is NumPy's."""
+    src = np.random.default_rng(2).standard_normal((64, 50)).astype(np.float32)
+    for arr, dtype in ((src[:, ::2], np.float16), (src.T, ml_dtypes.bfloat16), (src.astype(np.float64), np.float16),
+                       (src, np.float64)):
+        got = _kernels.cast(arr, dtype)
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got, arr.astype(dtype))
+    with pytest.raises(ValueError, match="float32 into float16 or bfloat16"):
+        _core_narrow(src.astype(np.float64), np.empty(src.shape, np.float16))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _core_narrow(src[:, ::2], np.empty((64, 25), np.float16))
+
+
+def _core_narrow(src, dst):
+    from scatterx import _core
+
+    return _core.narrow(src, dst)

@@ -170,7 +170,7 @@ def _finish(grad: np.ndarray, dtype: np.dtype, scale: float) -> np.ndarray:
             grad = grad.astype(compute_dtype(dtype))
         grad *= grad.dtype.type(scale)
     if grad.dtype != dtype:
-        grad = grad.astype(dtype)
+        grad = _kernels.cast(grad, dtype)
     return grad
 
 

@@ -58,6 +58,15 @@ inline uint16_t float_to_half(float f) {
     return uint16_t(sign | ((rounded - (112u << 23)) >> 13));
 }
 
+// float_to_half with NumPy's rule for a NaN (npy_floatbits_to_halfbits): its sign and the top ten
+// bits of its payload, not quieted; 0x7c01 (with the sign) if those bits are all zero.
+inline uint16_t float_to_half_numpy(float f) {
+    const uint32_t x = std::bit_cast<uint32_t>(f);
+    if ((x & 0x7fffffffu) <= 0x7f800000u) return float_to_half(f);
+    const uint16_t payload = uint16_t((x >> 13) & 0x3ffu);
+    return uint16_t(((x >> 16) & 0x8000u) | 0x7c00u | (payload ? payload : 1u));
+}
+
 inline float bf16_to_float(uint16_t b) { return std::bit_cast<float>(uint32_t(b) << 16); }
 
 inline uint16_t float_to_bf16(float f) {
@@ -275,6 +284,34 @@ __attribute__((target("avx2"))) inline int64_t add_bf16_avx2(bfloat16* dst, cons
 inline bool cpu_has_avx2() {
     static const bool has = __builtin_cpu_supports("avx2");
     return has;
+}
+// float32 to float16, eight at a time (F16C, round to nearest even, as float_to_half) while
+// no NaN is among them; returns how many it did, stopping before the first eight that hold a
+// NaN (NumPy keeps a NaN's payload where F16C quiets it: narrow_numpy goes on from there).
+__attribute__((target("avx,f16c"))) inline int64_t narrow_f16_f16c(float16* dst, const float* src, int64_t n) {
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        const __m256 v = _mm256_loadu_ps(src + k);
+        if (!_mm256_testz_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(v, v, _CMP_UNORD_Q))) break;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + k), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    return k;
+}
+// float32 to bfloat16, sixteen at a time (AVX2, float_to_bf16's rounding to nearest even:
+// round_to_bf16 without its NaN rule), while no NaN is among them; returns how many it did (as
+// narrow_f16_f16c).
+__attribute__((target("avx2"))) inline int64_t narrow_bf16_avx2(bfloat16* dst, const float* src, int64_t n) {
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        const __m256 a = _mm256_loadu_ps(src + k), b = _mm256_loadu_ps(src + k + 8);
+        const __m256 nan = _mm256_or_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+        if (!_mm256_testz_ps(nan, nan)) break;
+        // packus interleaves the 128-bit lanes (a0-3 b0-3 a4-7 b4-7); the permutation restores them.
+        const __m256i packed = _mm256_permute4x64_epi64(
+            _mm256_packus_epi32(round_to_bf16(a, a, a, false), round_to_bf16(b, b, b, false)), 0xd8);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), packed);
+    }
+    return k;
 }
 #endif
 template <> struct Arith<bfloat16> : Arith16<bfloat16, bf16_to_float, float_to_bf16, 0x7f80, false> {};
