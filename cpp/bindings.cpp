@@ -611,22 +611,30 @@ int fast_reduction(nb::handle r) {
     return -1;
 }
 
-// src (float32) into dst (float16 or bfloat16), both C-contiguous and of one shape: NumPy's and
-// ml_dtypes' rounding (narrow).
-void narrow_py(nb::handle src_h, nb::handle dst_h) {
+// src into dst, both C-contiguous and of one shape, float32 into float16 or bfloat16 or back:
+// NumPy's and ml_dtypes' casts, bit for bit (narrow, widen).
+void convert_py(nb::handle src_h, nb::handle dst_h) {
     View src = view(src_h, "src"), dst = view(dst_h, "dst", true);
     auto* s = reinterpret_cast<PyArrayObject*>(src_h.ptr());
     auto* d = reinterpret_cast<PyArrayObject*>(dst_h.ptr());
-    const bool half = PyArray_TYPE(d) == NPY_FLOAT16, brain = PyArray_TYPE(d) == bfloat16_type_num;
-    if (PyArray_TYPE(s) != NPY_FLOAT32 || !(half || brain) || !PyArray_ISNOTSWAPPED(s) || !PyArray_ISNOTSWAPPED(d))
-        throw std::invalid_argument("scatterx._core.narrow: float32 into float16 or bfloat16 only");
+    auto kind = [](PyArrayObject* a) {  // 0 float32, 1 float16, 2 bfloat16, -1 other
+        if (!PyArray_ISNOTSWAPPED(a)) return -1;
+        const int t = PyArray_TYPE(a);
+        return t == NPY_FLOAT32 ? 0 : t == NPY_FLOAT16 ? 1 : t == bfloat16_type_num ? 2 : -1;
+    };
+    const int from = kind(s), to = kind(d);
+    if (from < 0 || to < 0 || (from == 0) == (to == 0))
+        throw std::invalid_argument("scatterx._core.convert: float32 into float16 or bfloat16, or back, only");
     if (!same_shape(src, dst) || !PyArray_IS_C_CONTIGUOUS(s) || !PyArray_IS_C_CONTIGUOUS(d))
-        throw std::invalid_argument("scatterx._core.narrow: C-contiguous arrays of one shape only");
+        throw std::invalid_argument("scatterx._core.convert: C-contiguous arrays of one shape only");
+    if (PyArray_SIZE(s) > 0 && src.data < dst.data + PyArray_NBYTES(d) && dst.data < src.data + PyArray_NBYTES(s))
+        throw std::invalid_argument("scatterx._core.convert: src and dst overlap");
     MaybeRelease release(worth_releasing(dst, dst));
     const int64_t n = PyArray_SIZE(s);
-    const float* from = reinterpret_cast<const float*>(src.data);
-    if (half) narrow(reinterpret_cast<float16*>(dst.data), from, n);
-    else narrow(reinterpret_cast<bfloat16*>(dst.data), from, n);
+    if (to == 1) narrow(reinterpret_cast<float16*>(dst.data), reinterpret_cast<const float*>(src.data), n);
+    else if (to == 2) narrow(reinterpret_cast<bfloat16*>(dst.data), reinterpret_cast<const float*>(src.data), n);
+    else if (from == 1) widen(reinterpret_cast<float*>(dst.data), reinterpret_cast<const float16*>(src.data), n);
+    else widen(reinterpret_cast<float*>(dst.data), reinterpret_cast<const bfloat16*>(src.data), n);
 }
 
 bool fast_supported(int code, int reduction) {
@@ -726,7 +734,7 @@ NB_MODULE(_core, m) {
     m.def("mul_backward", &mul_backward_py, nb::arg("G"), nb::arg("D"), nb::arg("indices"), nb::arg("updates"),
           nb::arg("grad_data"), nb::arg("grad_updates"), nb::arg("axis"), nb::arg("type_code"));
     m.def("copy", &copy_py, nb::arg("src"), nb::arg("dst"));
-    m.def("narrow", &narrow_py, nb::arg("src"), nb::arg("dst"));
+    m.def("convert", &convert_py, nb::arg("src"), nb::arg("dst"));
     m.def("empty", &empty_output, nb::arg("shape"), nb::arg("dtype"));
     m.def("set_output_cache_limit", &output_cache::set_limit, nb::arg("nbytes"));
     m.def("output_cache_bytes", &output_cache::held_bytes);

@@ -930,8 +930,8 @@ def _narrowing_sources() -> np.ndarray:
     bits += [top16 | low for low in (0x7FFF, 0x8000, 0x8001, 0xFFFF)]
     values = [np.concatenate(bits).view(np.float32)]
     for narrow in (np.float16, ml_dtypes.bfloat16):
-        every = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(narrow).astype(np.float64)
-        every = np.sort(every[np.isfinite(every)])
+        every = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(narrow)
+        every = np.sort(every[np.isfinite(every)].astype(np.float64))
         mids = ((every[:-1] + every[1:]) / 2).astype(np.float32)  # exact: 12 or 9 bits
         values += [mids, np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, np.float32(-np.inf))]
     out = np.concatenate(values)
@@ -962,6 +962,26 @@ def test_narrowing_to_16_bits_is_numpys_cast(restore_threads, threads, dtype):
             np.testing.assert_array_equal(_kernels.cast(part, dtype).view(np.uint16), part.astype(dtype).view(np.uint16))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_widening_from_16_bits_is_numpys_cast(restore_threads, threads, dtype):
+    """The native cast of float16 / bfloat16 into float32 (the compute type of their gradients)
+    gives the bits of NumPy's and ml_dtypes' casts for every bit pattern (NaN payloads kept,
+    signalling ones too), in arrays of every tail length and with a NaN in every lane."""
+    sx.set_num_threads(threads)
+    every = np.random.default_rng(4).permutation(np.arange(2**16, dtype=np.uint32).astype(np.uint16))
+    for src in [np.tile(every, 40).view(dtype)] + [every[n * 5: n * 5 + n].view(dtype) for n in range(40)]:
+        got = _kernels.contiguous(src, np.float32)
+        assert got.dtype == np.float32 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got.view(np.uint32), src.astype(np.float32).view(np.uint32))
+    snan = np.uint16(0x7C01 if dtype == np.float16 else 0x7F81)
+    for nan_at in range(17):
+        bits = np.linspace(-3, 3, 33, dtype=np.float32).astype(dtype).view(np.uint16)
+        bits[nan_at] = snan
+        np.testing.assert_array_equal(_kernels.cast(bits.view(dtype), np.float32).view(np.uint32),
+                                      bits.view(dtype).astype(np.float32).view(np.uint32))
+
+
 def test_cast_of_other_layouts_and_types_is_astype():
     """What the native cast does not take (a strided view, float64, another target) is NumPy's."""
     src = np.random.default_rng(2).standard_normal((64, 50)).astype(np.float32)
@@ -970,13 +990,17 @@ def test_cast_of_other_layouts_and_types_is_astype():
         got = _kernels.cast(arr, dtype)
         assert got.dtype == np.dtype(dtype)
         np.testing.assert_array_equal(got, arr.astype(dtype))
-    with pytest.raises(ValueError, match="float32 into float16 or bfloat16"):
-        _core_narrow(src.astype(np.float64), np.empty(src.shape, np.float16))
-    with pytest.raises(ValueError, match="C-contiguous"):
-        _core_narrow(src[:, ::2], np.empty((64, 25), np.float16))
-
-
-def _core_narrow(src, dst):
+    f = np.asfortranarray(src.astype(np.float16))
+    got = _kernels.contiguous(f, np.float32)
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(got, f.astype(np.float32))
     from scatterx import _core
 
-    return _core.narrow(src, dst)
+    with pytest.raises(ValueError, match="float32 into float16 or bfloat16, or back"):
+        _core.convert(src.astype(np.float64), np.empty(src.shape, np.float16))
+    with pytest.raises(ValueError, match="float32 into float16 or bfloat16, or back"):
+        _core.convert(src.astype(np.float16), np.empty(src.shape, ml_dtypes.bfloat16))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _core.convert(src[:, ::2], np.empty((64, 25), np.float16))
+    with pytest.raises(ValueError, match="overlap"):
+        _core.convert(src, src.reshape(-1)[: src.size // 2].view(np.float16).reshape(src.shape))

@@ -188,8 +188,8 @@ def _backward_mul(res: ScatterResiduals, g: np.ndarray, cdt):
     # One native pass per block of fibers, forward and backward over its updates: every update
     # gets the products of the updates before and after it at its target, so no division
     # (zeros stay exact); the products become grad_data in the same pass.
-    gc = np.ascontiguousarray(g, dtype=cdt)
-    d = np.ascontiguousarray(res.data, dtype=cdt)
+    gc = _kernels.contiguous(g, cdt)
+    d = _kernels.contiguous(res.data, cdt)
     return _kernels.mul_backward(gc, d, res.indices, res.updates, res.axis)
 
 
@@ -202,7 +202,7 @@ _NATIVE_TIES_LIMIT = {np.dtype(np.float32): 2**24 - 1, np.dtype(np.float64): 2**
 def _backward_extremum(res: ScatterResiduals, g: np.ndarray, cdt):
     idx, axis = res.indices, res.axis
     if idx.shape[axis] < _NATIVE_TIES_LIMIT[np.dtype(cdt)]:
-        gc = np.ascontiguousarray(g, dtype=cdt)
+        gc = _kernels.contiguous(g, cdt)
         return _kernels.extremum_backward(gc, idx, axis, ties=(res.data_ties, res.update_ties))
     gc = g.astype(cdt, copy=False)
     count = np.int32 if idx.size < 2**31 else np.int64
@@ -299,7 +299,7 @@ def scatter_elements_vjp(grad_output, data, indices, updates, axis=0, reduction=
         g = _cotangent(grad_output, call.data.shape, call.data.dtype, "data")
         y = _kernels.scatter(call, None) if output is None else output
         grad_data, grad_updates = _kernels.extremum_backward(
-            np.ascontiguousarray(g, dtype=cdt), call.indices, call.axis, values=(call.data, call.updates, y)
+            _kernels.contiguous(g, cdt), call.indices, call.axis, values=(call.data, call.updates, y)
         )
         return _finish(grad_data, call.data.dtype, 1.0), _finish(grad_updates, call.data.dtype, 1.0)
     return scatter_backward(scatter_residuals(call, output), grad_output)
@@ -313,7 +313,7 @@ def gather_backward(grad_output, data_shape: tuple, dtype, indices: np.ndarray, 
     # A fresh output filled from a stride-0 zero: the kernel checks indices while it scatters
     # instead of in a separate pass first.
     zeros = np.broadcast_to(np.zeros((), cdt), data_shape)
-    grad = _scatter(zeros, indices, g.astype(cdt, copy=False), axis, "add")
+    grad = _scatter(zeros, indices, _kernels.cast(g, cdt) if g.dtype != cdt else g, axis, "add")
     return _finish(grad, np.dtype(dtype), scale)
 
 

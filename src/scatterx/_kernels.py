@@ -29,18 +29,33 @@ def copy(arr: np.ndarray) -> np.ndarray:
     return result
 
 
-_NARROW = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+_SHORT_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _converted(arr: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
+    """`arr` converted natively (float32 into float16 or bfloat16, or back; NumPy casts to and
+    from float16 one element at a time, several times slower on one thread), or None."""
+    pair = (arr.dtype, dtype)
+    if (pair[0] == np.float32 and pair[1] in _SHORT_FLOATS) or (pair[0] in _SHORT_FLOATS and pair[1] == np.float32):
+        if arr.flags.c_contiguous and arr.dtype.isnative:
+            result = new_array(arr.shape, dtype)
+            _core.convert(arr, result)
+            return result
+    return None
 
 
 def cast(arr: np.ndarray, dtype) -> np.ndarray:
-    """``arr.astype(dtype)``, the same bits; float32 into float16 or bfloat16 natively (NumPy's
-    cast to float16 goes one element at a time: several times slower on one thread)."""
+    """``arr.astype(dtype)``, the same bits."""
     dtype = np.dtype(dtype)
-    if arr.dtype == np.float32 and dtype in _NARROW and arr.flags.c_contiguous and arr.dtype.isnative:
-        result = new_array(arr.shape, dtype)
-        _core.narrow(arr, result)
-        return result
-    return arr.astype(dtype)
+    result = _converted(arr, dtype)
+    return arr.astype(dtype) if result is None else result
+
+
+def contiguous(arr: np.ndarray, dtype) -> np.ndarray:
+    """``np.ascontiguousarray(arr, dtype=dtype)``, the same bits."""
+    dtype = np.dtype(dtype)
+    result = _converted(arr, dtype) if arr.dtype != dtype else None
+    return np.ascontiguousarray(arr, dtype=dtype) if result is None else result
 
 
 def _detach(arr: np.ndarray, out: np.ndarray) -> np.ndarray:

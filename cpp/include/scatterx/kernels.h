@@ -305,6 +305,27 @@ template <class H> void narrow(H* dst, const float* src, int64_t n) {
     });
 }
 
+// n float16 or bfloat16 values (H) into float32, exactly, NaNs with their payload (as NumPy's and
+// ml_dtypes' casts: half_to_float, bf16_to_float): the float32 compute type of their gradients
+// starts here. On the kernels' threads; float16 with F16C where the CPU has it.
+template <class H> void widen(float* dst, const H* src, int64_t n) {
+    if (n == 0) return;
+    const int parts = int(std::min<int64_t>(64, std::max<int64_t>(1, n * 4 / (kParallelGrain * 8))));
+    parallel_parts(parts, [&](int part) {
+        auto [lo, hi] = split_range(n, part, parts);
+        if constexpr (std::is_same_v<H, bfloat16>) {
+            for (int64_t k = lo; k < hi; ++k) dst[k] = bf16_to_float(src[k].bits);  // vectorised
+        } else {
+            for (int64_t k = lo; k < hi;) {
+#ifdef SCATTERX_HAVE_F16C_PATH
+                if (cpu_has_f16c()) k += widen_f16_f16c(dst + k, src + k, hi - k);
+#endif
+                for (const int64_t end = std::min(hi, k + 16); k < end; ++k) dst[k] = half_to_float(src[k].bits);
+            }
+        }
+    });
+}
+
 // Geometry of one scatter or gather call, in the iteration space of `indices`.
 // Arrays: 0 = the array indexed by the index values (scatter: out; gather: data),
 //         1 = indices, 2 = the array walked in step (scatter: updates; gather: out),
