@@ -282,7 +282,12 @@ inline void copy_strided(char* dst, const int64_t* dst_strides, const char* src,
 // ml_dtypes' casts round them, NaNs included (float_to_half_numpy, float_to_bf16): the
 // gradients of 16-bit data, computed in float32, end here. On the kernels' threads, with F16C
 // or AVX2 where the CPU has them. Stop 48, a Zen 3 virtual machine: NumPy's cast to float16
-// took 27-42 ms for 6.4M values (one element at a time), ml_dtypes' to bfloat16 7.7 ms.
+// took 27-42 ms for 6.4M values (one element at a time), ml_dtypes' to bfloat16 7.7 ms. With
+// widen below, in one process with NumPy's casts and these in turn, six rounds of medians of
+// five, two threads, the vjp_max shapes (100 000 x 32 data, 200 000 x 32 random indices):
+// float16 max 167.3 -> 88.9 ms, mul 321.7 -> 205.6, the gather's backward 66.8 -> 28.7 (each
+// faster in 6 of 6); bfloat16 98.2 -> 80.6 (5 of 6), 256.8 -> 160.6 (6 of 6), 33.6 -> 25.9 (5
+// of 6). Results bitwise the same.
 template <class H> void narrow(H* dst, const float* src, int64_t n) {
     if (n == 0) return;
     const int parts = int(std::min<int64_t>(64, std::max<int64_t>(1, n * 4 / (kParallelGrain * 8))));

@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from .. import _kernels
 from .._ops import scatter_elements
 from .._rules import FLOAT_DTYPES
 
@@ -290,7 +291,7 @@ def _widen(value):
     if value is None:
         return None
     value = np.asarray(value)
-    return value.astype(np.float32) if value.dtype in _LOW_PRECISION else value
+    return _kernels.cast(value, np.float32) if value.dtype in _LOW_PRECISION else value
 
 
 def _wrap(op_type: str, rule: GradRule) -> GradRule:
@@ -319,7 +320,7 @@ def _wrap(op_type: str, rule: GradRule) -> GradRule:
                     f"{op_type} gradient rule produced shape {gx.shape} "
                     f"for input {i} of shape {x.shape}"
                 )
-            result.append(np.array(gx, dtype=x.dtype, copy=True))
+            result.append(_kernels.cast(gx, x.dtype))
         return result
 
     grad_rule.__name__ = f"grad_{op_type}"
