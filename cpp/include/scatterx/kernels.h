@@ -255,6 +255,17 @@ inline void copy_run(char* dst, int64_t ds, const char* src, int64_t ss, int64_t
     }
 }
 
+// fn(lo, hi) over contiguous ranges that cover [0, n) elements of `itemsize` bytes, on the
+// kernels' threads: one range per 8 * kParallelGrain bytes, at most 64 (none when n is 0).
+template <class Fn> void parallel_ranges(int64_t n, int64_t itemsize, Fn&& fn) {
+    if (n == 0) return;
+    const int parts = int(std::min<int64_t>(64, std::max<int64_t>(1, n * itemsize / (kParallelGrain * 8))));
+    parallel_parts(parts, [&](int part) {
+        auto [lo, hi] = split_range(n, part, parts);
+        fn(lo, hi);
+    });
+}
+
 // dst[...] = src[...] over `shape` for elements of `itemsize` bytes.
 inline void copy_strided(char* dst, const int64_t* dst_strides, const char* src,
                          const int64_t* src_strides, const int64_t* shape, int ndim, int64_t itemsize) {
@@ -266,12 +277,8 @@ inline void copy_strided(char* dst, const int64_t* dst_strides, const char* src,
         s.stride[1][d] = src_strides[d];
     }
     coalesce(s, -1);
-    const int64_t n = volume(s.shape, s.ndim);
-    if (n == 0) return;
-    const int parts = int(std::min<int64_t>(64, std::max<int64_t>(1, n * itemsize / (kParallelGrain * 8))));
     char* base[2] = {dst, const_cast<char*>(src)};
-    parallel_parts(parts, [&](int part) {
-        auto [lo, hi] = split_range(n, part, parts);
+    parallel_ranges(volume(s.shape, s.ndim), itemsize, [&](int64_t lo, int64_t hi) {
         for_each_run(s, base, lo, hi, [&](char* const* p, int64_t count, const int64_t* inner) {
             copy_run(p[0], inner ? inner[0] : itemsize, p[1], inner ? inner[1] : itemsize, count, itemsize);
         });
@@ -289,10 +296,7 @@ inline void copy_strided(char* dst, const int64_t* dst_strides, const char* src,
 // faster in 6 of 6); bfloat16 98.2 -> 80.6 (5 of 6), 256.8 -> 160.6 (6 of 6), 33.6 -> 25.9 (5
 // of 6). Results bitwise the same.
 template <class H> void narrow(H* dst, const float* src, int64_t n) {
-    if (n == 0) return;
-    const int parts = int(std::min<int64_t>(64, std::max<int64_t>(1, n * 4 / (kParallelGrain * 8))));
-    parallel_parts(parts, [&](int part) {
-        auto [lo, hi] = split_range(n, part, parts);
+    parallel_ranges(n, int64_t(sizeof(float)), [&](int64_t lo, int64_t hi) {
         for (int64_t k = lo; k < hi;) {
             int64_t done = 0;
 #ifdef SCATTERX_HAVE_F16C_PATH
@@ -314,10 +318,7 @@ template <class H> void narrow(H* dst, const float* src, int64_t n) {
 // ml_dtypes' casts: half_to_float, bf16_to_float): the float32 compute type of their gradients
 // starts here. On the kernels' threads; float16 with F16C where the CPU has it.
 template <class H> void widen(float* dst, const H* src, int64_t n) {
-    if (n == 0) return;
-    const int parts = int(std::min<int64_t>(64, std::max<int64_t>(1, n * 4 / (kParallelGrain * 8))));
-    parallel_parts(parts, [&](int part) {
-        auto [lo, hi] = split_range(n, part, parts);
+    parallel_ranges(n, int64_t(sizeof(float)), [&](int64_t lo, int64_t hi) {
         if constexpr (std::is_same_v<H, bfloat16>) {
             for (int64_t k = lo; k < hi; ++k) dst[k] = bf16_to_float(src[k].bits);  // vectorised
         } else {

@@ -287,12 +287,12 @@ inline bool cpu_has_avx2() {
 }
 // float32 to float16, eight at a time (F16C, round to nearest even, as float_to_half) while
 // no NaN is among them; returns how many it did, stopping before the first eight that hold a
-// NaN (NumPy keeps a NaN's payload where F16C quiets it: narrow_numpy goes on from there).
+// NaN (NumPy keeps a NaN's payload where F16C quiets it: float_to_half_numpy goes on from there).
 __attribute__((target("avx,f16c"))) inline int64_t narrow_f16_f16c(float16* dst, const float* src, int64_t n) {
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
-        const __m256 v = _mm256_loadu_ps(src + k);
-        if (!_mm256_testz_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(v, v, _CMP_UNORD_Q))) break;
+        const __m256 v = _mm256_loadu_ps(src + k), nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+        if (!_mm256_testz_ps(nan, nan)) break;
         _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + k), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     return k;
