@@ -753,6 +753,10 @@ NB_MODULE(_core, m) {
           "Whether the float32 and float64 backward of max/min finds a row's ties sixteen at a time (the default "
           "where the CPU has AVX-512F and DQ; never where it has not); returns the previous setting (for tests and "
           "measurements).");
+    m.def("set_fiber_streams_ahead", [](bool on) { return std::exchange(fiber_streams_ahead(), on); }, nb::arg("on"),
+          "Whether a long contiguous fiber whose targets fit in the cache (a 1-D histogram) asks for its index "
+          "and update streams ahead (the default on AMD family 26 and later) or leaves them to the hardware "
+          "prefetcher; returns the previous setting (for tests and measurements).");
     m.def("set_wide_stores", [](bool on) { return std::exchange(wide_stores(), on && wide_stores_supported()); },
           nb::arg("on"),
           "Whether streaming stores write whole 64-byte lines by one AVX-512 store (the default where the CPU "

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import oracle
 import scatterx as sx
-from scatterx import _kernels
+from scatterx import _core, _kernels
 from scatterx._rules import scatter_call
 
 UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -280,11 +280,13 @@ def test_middle_axis_and_fused_copy_paths(threads, layout):
         sx.set_num_threads(previous)
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("reduction", ["none", "add", "max"])
-def test_one_long_fiber_with_a_reader_thread(threads, reduction):
+def test_one_long_fiber_with_a_reader_thread(threads, reduction, ahead):
     """A 1-D scatter long enough for the second thread to read ahead of the first: the result
-    is the sequential one, bit for bit, and a bad index is still reported."""
+    is the sequential one, bit for bit, and a bad index is still reported; with the index and
+    update streams asked for ahead and without (`set_fiber_streams_ahead`, chosen by CPU)."""
     rng = np.random.default_rng(12)
     n = (1 << 20) + 12345
     data = rng.standard_normal(1000)
@@ -299,6 +301,7 @@ def test_one_long_fiber_with_a_reader_thread(threads, reduction):
         UFUNCS[reduction].at(want, positive, updates)
     previous = sx.get_num_threads()
     sx.set_num_threads(threads)
+    before = _core.set_fiber_streams_ahead(ahead)
     try:
         got = sx.scatter_elements(data, indices, updates, reduction=reduction)
         np.testing.assert_array_equal(got, want)
@@ -308,6 +311,7 @@ def test_one_long_fiber_with_a_reader_thread(threads, reduction):
         with pytest.raises(IndexError, match=rf"index 1000 at indices\[{n - 7}\]"):
             sx.scatter_elements(data, indices, updates, reduction=reduction)
     finally:
+        _core.set_fiber_streams_ahead(before)
         sx.set_num_threads(previous)
 
 

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <emmintrin.h>
 #endif
 
@@ -556,6 +557,22 @@ inline bool cpu_is_intel() {
 #endif
 }
 
+// The CPU family (CPUID leaf 1: the base family, plus the extended family when the base is 15),
+// for AMD CPUs; 0 for others and where unknown. Zen 3 and Zen 4 are family 25, Zen 5 26.
+inline int amd_cpu_family() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    static const int family = [] {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        if (!__builtin_cpu_is("amd") || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
+        const int base = int((a >> 8) & 15);
+        return base == 15 ? base + int((a >> 20) & 255) : base;
+    }();
+    return family;
+#else
+    return 0;
+#endif
+}
+
 // A fiber of array 0 up to this many bytes, dense along the axis, is prefetched whole while the
 // fiber before it is worked on (its elements are then read in random order, but from cache).
 inline constexpr int64_t kSpanBytes = int64_t(64) << 10;
@@ -821,8 +838,22 @@ inline constexpr int64_t kProgressStep = 8192;              // elements between 
 // 6.1-6.2. The reader alone had given two threads 5.7-12.6 ms from one process to the next
 // (on one thread always about 14). rows_none (fibers of 256, none asked for) unchanged: 1.00 /
 // 1.00 ms, rows_none_i32 0.91 / 0.89, rows_none_f16 0.36 / 0.38 (eight rounds).
+// That was on Zen 5. On Zen 3 asking is slower than leaving the streams to the hardware
+// prefetcher: stop 49, a Zen 3 virtual machine (512 KB of L2 per core, no AVX-512), one build
+// with a switch, one process, ten rounds of medians of five calls, hist_add: two threads (with
+// the reader) 26.3 -> 20.7 ms without asking (faster in 10 of 10), one thread 28.8 -> 25.4 (10
+// of 10); hist_add_i32 (eight rounds) 26.0 -> 22.9 (8 of 8) and 26.8 -> 24.2 (5 of 8); PyTorch
+// 25.7 and 28.9 in the same rounds. Standalone, one thread, eight rounds: every form of asking
+// tried was slower than none (21.1 ms): 64 / 256 / 512 elements ahead 23.9 / 24.4 / 26.5, only
+// the index or only the updates 22.1 / 23.1, prefetchnta 23.5, prefetcht2 22.1 (256 ahead). So
+// the fiber asks where it was measured faster, AMD family 26 and later (fiber_streams_ahead).
 inline constexpr int64_t kFiberStreamAhead = 256;
 inline constexpr int64_t kFiberStreamBlock = 64;
+// The setting in force (tests set it to reach both ways on any machine).
+inline bool& fiber_streams_ahead() {
+    static bool ahead = amd_cpu_family() >= 26;
+    return ahead;
+}
 // Whole rows of indices and updates walked along an outer axis (scatter_rows) ask for the rows
 // that start about this many elements later, which the hardware prefetcher had left to arrive
 // late as well: stop 43, the Zen 5 machine, one build with a switch, one process, eight rounds
@@ -887,10 +918,14 @@ template <class T, class I, Reduction R> struct ScatterBlock {
             T* ov = reinterpret_cast<T*>(op);
             // Prefetching pays only when the fiber does not fit in the cache anyway.
             const bool far = size * int64_t(sizeof(T)) > kCacheBytes;
+            const bool ahead = fiber_streams_ahead();
             const int64_t step = progress ? kProgressStep : na;
             for (int64_t c0 = 0; c0 < na; c0 += step) {
                 const int64_t c1 = std::min(na, c0 + step);
-                if (!far) {
+                if (!far && !ahead) {
+                    each_index(iv + c0, c1 - c0, size, *bad,
+                               [&](int64_t j, int64_t v) { Reducer<R>::apply(ov[v], uv[c0 + j]); });
+                } else if (!far) {
                     // The streams asked for ahead (kFiberStreamAhead), a block at a time.
                     for (int64_t b0 = c0; b0 < c1; b0 += kFiberStreamBlock) {
                         const int64_t b1 = std::min(c1, b0 + kFiberStreamBlock);
