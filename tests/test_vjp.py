@@ -347,6 +347,29 @@ def test_low_precision_matches_float64_rounded(reduction, dtype):
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", [np.float16, BF16])
+@pytest.mark.parametrize("gdtype", [np.float32, np.float64])
+def test_cotangent_of_another_float_type_is_cast_as_numpy_casts(reduction, dtype, gdtype):
+    """A float32 or float64 cotangent of 16-bit data is rounded to data's type as NumPy's cast
+    (ml_dtypes' for bfloat16) rounds it, however scatterx converts it: the gradients are those
+    of the cotangent cast beforehand, bit for bit."""
+    rng = np.random.default_rng(21)
+    d, i, u = _generic_case(reduction, rng, data_shape=(64, 33), index_shape=(40, 33), axis=0)
+    d, u = d.astype(dtype), u.astype(dtype)
+    g = rng.standard_normal((64, 33)).astype(gdtype)
+    # Halfway between neighbouring float16 / bfloat16 values (ties to even), just off them, a
+    # NaN, an infinity and values beyond the 16-bit range.
+    g.flat[:8] = [1 + 2.0**-11, 1 + 3 * 2.0**-11, 1 + 2.0**-8, 1 + 3 * 2.0**-8, np.nan, -np.inf, 1e6, -7e4]
+    g.flat[8:12] = np.nextafter(g.flat[:4], 2).astype(gdtype)
+    with np.errstate(over="ignore"):  # NumPy's casts warn of the values beyond the range
+        cast = g.astype(dtype)
+        pairs = zip(sx.scatter_elements_vjp(g, d, i, u, 0, reduction), sx.scatter_elements_vjp(cast, d, i, u, 0, reduction))
+    for got, want in pairs:
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_layouts_do_not_change_gradients(reduction):
     rng = np.random.default_rng(11)
     d, i, u = _generic_case(reduction, rng, data_shape=(5, 6), index_shape=(5, 4), axis=1)

@@ -66,7 +66,7 @@ def _cotangent(grad_output, shape: tuple, dtype: np.dtype, what: str) -> np.ndar
         target = dtype_category(dtype)
         if g_category not in ("float", "complex") or (g_category == "complex" and target != "complex"):
             raise TypeError(f"grad_output has dtype {g.dtype}, which cannot be cast to {what}'s dtype {dtype}")
-        g = g.astype(dtype)
+        g = _kernels.cast(g, dtype)
     return native(g)
 
 
@@ -167,7 +167,7 @@ def _finish(grad: np.ndarray, dtype: np.dtype, scale: float) -> np.ndarray:
     """Applies `scale` in the compute dtype and rounds to `dtype` once."""
     if scale != 1.0:
         if grad.dtype != compute_dtype(dtype):
-            grad = grad.astype(compute_dtype(dtype))
+            grad = _kernels.cast(grad, compute_dtype(dtype))
         grad *= grad.dtype.type(scale)
     if grad.dtype != dtype:
         grad = _kernels.cast(grad, dtype)
@@ -204,7 +204,7 @@ def _backward_extremum(res: ScatterResiduals, g: np.ndarray, cdt):
     if idx.shape[axis] < _NATIVE_TIES_LIMIT[np.dtype(cdt)]:
         gc = _kernels.contiguous(g, cdt)
         return _kernels.extremum_backward(gc, idx, axis, ties=(res.data_ties, res.update_ties))
-    gc = g.astype(cdt, copy=False)
+    gc = _kernels.contiguous(g, cdt)
     count = np.int32 if idx.size < 2**31 else np.int64
     ties = res.data_ties.astype(count)
     _scatter(ties, idx, res.update_ties.astype(count), axis, "add", out=ties)

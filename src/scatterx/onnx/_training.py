@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from .. import _kernels
 from .._rules import FLOAT_DTYPES
 from ._graph import Graph
 from ._op_grads import MissingGradientRuleError, rule_for
@@ -121,7 +122,7 @@ class Tape:
             g = np.asarray(g)
             if g.shape != shape:
                 raise ValueError(f"the gradient of output {name!r} has shape {g.shape}, the output has {shape}")
-            grads[name] = g.astype(dtype, copy=False)
+            grads[name] = g if g.dtype == dtype else _kernels.cast(g, dtype)
             seeds.append(name)
         for record in reversed(self._records):
             proto = record.proto
