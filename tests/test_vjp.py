@@ -531,6 +531,8 @@ def test_mul_backward_in_parallel_is_thread_independent_and_matches_torch(axis):
         # Fibers of 272 KB, beyond the scratch: S in an array as large as data.
         ((2, 34_000), (2, 300), 1),
         ((34_000, 2), (300, 2), 0),
+        # S of 2.2 MB (4.4 MB complex), beyond the cache as well, in rows of eight fibers.
+        ((34_000, 8), (600, 8), 0),
     ],
 )
 def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, axis, dtype, streaming_outputs):
@@ -752,6 +754,21 @@ def test_backward_names_an_index_out_of_bounds_met_by_its_walks(reduction, bad, 
     g = rng.standard_normal(d.shape).astype(np.float32)
     with pytest.raises(IndexError, match=rf"index {bad} at indices\[2, 17, 5\]"):
         sx.scatter_elements_vjp(g, d, i, u, 1, reduction)
+
+
+@pytest.mark.parametrize("bad", [70_000, -70_001])
+def test_mul_backward_beyond_the_cache_names_a_bad_index(bad):
+    """The walks of the backward of "mul" over rows of fibers whose S lies in an array as large
+    as data (2.2 MB), with negative indices among the valid ones and one out of bounds: an
+    IndexError that names it."""
+    rng = np.random.default_rng(24)
+    d = rng.standard_normal((70_000, 8)).astype(np.float32)
+    i = rng.integers(-70_000, 70_000, (400, 8))
+    i[123, 5] = bad
+    u = rng.standard_normal(i.shape).astype(np.float32)
+    g = rng.standard_normal(d.shape).astype(np.float32)
+    with pytest.raises(IndexError, match=rf"index {bad} at indices\[123, 5\]"):
+        sx.scatter_elements_vjp(g, d, i, u, 0, "mul")
 
 
 @pytest.mark.parametrize("streaming_outputs", ["off", "wide", "narrow"], indirect=True)
