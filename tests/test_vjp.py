@@ -363,8 +363,9 @@ def test_cotangent_of_another_float_type_is_cast_as_numpy_casts(reduction, dtype
     g.flat[8:12] = np.nextafter(g.flat[:4], 2).astype(gdtype)
     with np.errstate(over="ignore"):  # NumPy's casts warn of the values beyond the range
         cast = g.astype(dtype)
-        pairs = zip(sx.scatter_elements_vjp(g, d, i, u, 0, reduction), sx.scatter_elements_vjp(cast, d, i, u, 0, reduction))
-    for got, want in pairs:
+        got_all = sx.scatter_elements_vjp(g, d, i, u, 0, reduction)
+        want_all = sx.scatter_elements_vjp(cast, d, i, u, 0, reduction)
+    for got, want in zip(got_all, want_all):
         assert got.dtype == np.dtype(dtype)
         np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
