@@ -998,7 +998,12 @@ def test_cast_of_other_layouts_and_types_is_astype():
     got = _kernels.contiguous(f, np.float32)
     assert got.flags.c_contiguous
     np.testing.assert_array_equal(got, f.astype(np.float32))
-    from scatterx import _core
+    # copy=False, as astype's: the array itself when it has the dtype, else a converted copy.
+    assert _kernels.cast(src, np.float32, copy=False) is src
+    assert _kernels.cast(src, np.float32) is not src
+    got = _kernels.cast(src, np.float16, copy=False)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got.view(np.uint16), src.astype(np.float16).view(np.uint16))
 
     with pytest.raises(ValueError, match="float32 into float16 or bfloat16, or back"):
         _core.convert(src.astype(np.float64), np.empty(src.shape, np.float16))

@@ -204,7 +204,7 @@ def _backward_extremum(res: ScatterResiduals, g: np.ndarray, cdt):
     if idx.shape[axis] < _NATIVE_TIES_LIMIT[np.dtype(cdt)]:
         gc = _kernels.contiguous(g, cdt)
         return _kernels.extremum_backward(gc, idx, axis, ties=(res.data_ties, res.update_ties))
-    gc = _kernels.contiguous(g, cdt)
+    gc = _kernels.cast(g, cdt, copy=False)
     count = np.int32 if idx.size < 2**31 else np.int64
     ties = res.data_ties.astype(count)
     _scatter(ties, idx, res.update_ties.astype(count), axis, "add", out=ties)
@@ -313,7 +313,7 @@ def gather_backward(grad_output, data_shape: tuple, dtype, indices: np.ndarray, 
     # A fresh output filled from a stride-0 zero: the kernel checks indices while it scatters
     # instead of in a separate pass first.
     zeros = np.broadcast_to(np.zeros((), cdt), data_shape)
-    grad = _scatter(zeros, indices, _kernels.cast(g, cdt) if g.dtype != cdt else g, axis, "add")
+    grad = _scatter(zeros, indices, _kernels.cast(g, cdt, copy=False), axis, "add")
     return _finish(grad, np.dtype(dtype), scale)
 
 

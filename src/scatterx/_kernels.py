@@ -44,9 +44,11 @@ def _converted(arr: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
     return None
 
 
-def cast(arr: np.ndarray, dtype) -> np.ndarray:
-    """``arr.astype(dtype)``, the same bits."""
+def cast(arr: np.ndarray, dtype, copy: bool = True) -> np.ndarray:
+    """``arr.astype(dtype, copy=copy)``, the same bits."""
     dtype = np.dtype(dtype)
+    if not copy and arr.dtype == dtype:
+        return arr
     result = _converted(arr, dtype)
     return arr.astype(dtype) if result is None else result
 
@@ -54,7 +56,7 @@ def cast(arr: np.ndarray, dtype) -> np.ndarray:
 def contiguous(arr: np.ndarray, dtype) -> np.ndarray:
     """``np.ascontiguousarray(arr, dtype=dtype)``, the same bits."""
     dtype = np.dtype(dtype)
-    result = _converted(arr, dtype) if arr.dtype != dtype else None
+    result = _converted(arr, dtype)
     return np.ascontiguousarray(arr, dtype=dtype) if result is None else result
 
 

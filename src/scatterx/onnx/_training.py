@@ -122,7 +122,7 @@ class Tape:
             g = np.asarray(g)
             if g.shape != shape:
                 raise ValueError(f"the gradient of output {name!r} has shape {g.shape}, the output has {shape}")
-            grads[name] = g if g.dtype == dtype else _kernels.cast(g, dtype)
+            grads[name] = _kernels.cast(g, dtype, copy=False)
             seeds.append(name)
         for record in reversed(self._records):
             proto = record.proto
