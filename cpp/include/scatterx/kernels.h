@@ -25,6 +25,10 @@
 #include <emmintrin.h>
 #endif
 
+#if __has_include(<sys/mman.h>)
+#include <sys/mman.h>
+#endif
+
 #include "parallel.h"
 #include "reducers.h"
 
@@ -635,13 +639,17 @@ inline bool warm_rows(const char* p, int64_t rows, int64_t stride, int64_t row_b
     for (uintptr_t a = first; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a));
 }
 
+// Frees a buffer of std::aligned_alloc.
+struct FreeBuffer {
+    void operator()(char* q) const { std::free(q); }
+};
+
 // Per-thread scratch of at least `bytes`, 64-byte aligned, kept for the thread's next calls (a
 // pool worker's lives as long as the pool). Null when it cannot be allocated: it is called on
 // the pool's workers, where an exception would end the process, so the caller falls back or
 // reports it after the parallel region.
 inline char* thread_scratch(int64_t bytes) {
-    struct Free { void operator()(char* q) const { std::free(q); } };
-    thread_local std::unique_ptr<char, Free> buffer;
+    thread_local std::unique_ptr<char, FreeBuffer> buffer;
     thread_local int64_t held = 0;
     if (held < bytes) {
         const int64_t rounded = (bytes + 63) / 64 * 64;
@@ -650,6 +658,24 @@ inline char* thread_scratch(int64_t bytes) {
         if (!buffer) return nullptr;
     }
     return buffer.get();
+}
+
+// A call's own buffer of `bytes`, as large as one of its arrays: 64-byte aligned; from
+// kHugeBufferBytes on, 2 MiB-aligned and marked for transparent huge pages, as NumPy marks its
+// large arrays and scatterx its results (bindings.cpp, advise_huge_pages): random accesses into
+// it would otherwise miss the TLB. Null when it cannot be allocated. (The data-sized S of the
+// backward of "mul", stop 50: standalone, a walk of random targets in it 15.6 / 17.5 ms on 4 KiB
+// pages, 11.0 / 14.7 on huge pages; in scatterx, one build with a switch, six rounds, without
+// the huge pages faster in 3 of 6: no difference shown there.)
+inline constexpr int64_t kHugeBufferBytes = int64_t(4) << 20;
+inline std::unique_ptr<char, FreeBuffer> large_buffer(int64_t bytes) {
+    const int64_t align = bytes >= kHugeBufferBytes ? int64_t(2) << 20 : 64;
+    const int64_t rounded = (bytes + align - 1) / align * align;
+    std::unique_ptr<char, FreeBuffer> buffer(static_cast<char*>(std::aligned_alloc(size_t(align), size_t(rounded))));
+#if defined(MADV_HUGEPAGE)
+    if (buffer && align > 64) madvise(buffer.get(), size_t(rounded), MADV_HUGEPAGE);
+#endif
+    return buffer;
 }
 
 // Streaming stores. A store to a line that is not in the cache first reads the line from
@@ -2033,6 +2059,8 @@ template <class T> inline T one_of() {
 // against 13.9-15.1 ms. What it saves is memory: no array as large as data per call (SPEC
 // section 8 allows 5 % of the inputs beyond the outputs; the data-sized S was 29 %).
 inline constexpr int64_t kMulScratchBytes = int64_t(256) << 10;
+// How many random targets ahead the walks over fibers longer than that ask for (mul_rows).
+inline constexpr int64_t kMulTargetsAhead = 128;
 
 // A walk of mul_backward (below) over rows of `c` fibers whose indices and updates are
 // contiguous along the fibers (the axis before them), row by row (from the last when
@@ -2048,11 +2076,25 @@ inline constexpr int64_t kMulScratchBytes = int64_t(256) << 10;
 // eight rounds of medians of seven calls, vjp_mul (rows of 128): 3.16 ms -> 2.75 / 2.48 / 2.41 /
 // 2.51 with both walks asking 1 / 2 / 4 / 8 rows ahead (faster in 7, 7, 7, 8 of 8); the
 // forward walk alone 2 / 4 rows ahead 2.60 / 2.62 (8 of 8).
+// With `far` (P and S in the data-sized array of fibers longer than the scratch, beyond the
+// cache), each walk also asks for the random targets of the row about kMulTargetsAhead elements
+// later, along the row it works on (each_index_ahead), as the forward scatter does.
+// Until stop 50 such fibers went the generic walk (mul_backward's `walk`), with nothing asked
+// for: each random P or S waited on memory. The backward of "mul" with the max0 shapes
+// (100000 x 32 data, 200000 x 32 random indices, two threads) took 9x the forward's time;
+// standalone, one walk of those rows by two threads, 16 fibers each, medians of nine: 35-74 ms
+// as it was, 40 with the targets asked for 8 rows ahead, 26-30 with the streams asked for as
+// well, 11-17 with S 64-byte aligned on huge pages besides. Old and new builds, alternating
+// processes, five rounds of medians of five calls: float32 133.5 -> 44.1 ms, float16 131.9 ->
+// 58.1 (medians of the rounds; faster in 5 of 5 each), the bits of both gradients the same.
+// One build with a switch, one process, six rounds: 32 / 64 / 256 elements ahead against 128,
+// faster in 3 / 4 / 3 of 6 (medians 44.2 / 35.2 / 45.8 against 42.8 ms): within the noise.
 template <class T, class I, bool Backward>
 inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, int64_t ustr, int64_t na, int64_t c,
-                     int64_t size, T* ps, int64_t sa, bool& bad) {
+                     int64_t size, T* ps, int64_t sa, bool far, bool& bad) {
     constexpr int64_t N = sizeof(T);
     const int64_t ahead = std::max<int64_t>(1, kRowStreamAhead / c);
+    const int64_t targets_ahead = far ? rows_ahead(c, kMulTargetsAhead) : 0;
     for (int64_t s = 0; s < na; ++s) {
         const int64_t j = Backward ? na - 1 - s : s;
         const I* ip = reinterpret_cast<const I*>(ip0 + j * istr);
@@ -2064,7 +2106,11 @@ inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, 
             prefetch_lines(up0 + later * ustr, c * N);
             prefetch_lines(dp0 + later * ustr, c * N);
         }
-        each_index(ip, c, size, bad, [&](int64_t k, int64_t v) {
+        const int64_t target_row = Backward ? j - targets_ahead : j + targets_ahead;
+        const I* later_row = targets_ahead && target_row >= 0 && target_row < na
+                                 ? reinterpret_cast<const I*>(ip0 + target_row * istr)
+                                 : nullptr;
+        each_index_ahead(ip, later_row, c, size, bad, [&](int64_t k, int64_t v) {
             T* const pt = ps + v * sa + k;
             const T x = *pt;
             if constexpr (Backward) {
@@ -2073,7 +2119,7 @@ inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, 
                 dp[k] = x;
             }
             *pt = Arith<T>::mul(x, up[k]);
-        });
+        }, [&](int64_t k, int64_t w) { __builtin_prefetch(ps + w * sa + k, 1); });
     }
 }
 
@@ -2126,7 +2172,8 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
     constexpr int64_t N = sizeof(T);
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
     const bool grouped = g.axis_size * N <= kMulScratchBytes;
-    std::unique_ptr<char[]> long_s(grouped ? nullptr : new char[size_t(extent)]);
+    std::unique_ptr<char, FreeBuffer> long_s = grouped ? nullptr : large_buffer(extent);
+    if (!grouped && !long_s) throw std::bad_alloc();
     // G, D and dD, indices, updates and dU (see kStreamBytes).
     const bool stream = streams_bulk(3 * extent + volume(g.s.shape, g.s.ndim) * (int64_t(sizeof(I)) + 2 * N));
     const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, g.axis_size)).first;
@@ -2235,13 +2282,13 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
         auto group = [&](int64_t k0, int64_t c, T* ps, int64_t sa, auto sk) {
             auto at = [&](int64_t a, int64_t k) -> T& { return ps[a * sa + (k - k0) * sk]; };
             // Rows of the scratch: the plain walks (mul_rows).
-            constexpr bool in_scratch = std::is_same_v<decltype(sk), std::integral_constant<int64_t, 1>>;
-            const bool plain = in_scratch && axis_outer && c > 1 && in[1] == int64_t(sizeof(I)) && in[2] == N;
+            constexpr bool unit_step = std::is_same_v<decltype(sk), std::integral_constant<int64_t, 1>>;
+            const bool plain = unit_step && axis_outer && c > 1 && in[1] == int64_t(sizeof(I)) && in[2] == N;
             const char* const ip0 = p[1] + k0 * in[1];
             const char* const up0 = p[2] + k0 * N;
             char* const dp0 = gu + (up0 - u);
             each_position(k0, k0 + c, [&](int64_t, int64_t a, int64_t k) { at(a, k) = one_of<T>(); });
-            if (plain) mul_rows<T, I, false>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, local_bad);
+            if (plain) mul_rows<T, I, false>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, !grouped, local_bad);
             else forward(k0, k0 + c, at);
             // In each_position's order: along the fibers when they are the nearer in memory.
             if (c > 1 && in[0] < dstr) {
@@ -2249,7 +2296,7 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
             } else {
                 for (int64_t k = k0; k < k0 + c; ++k) turn(off0 + k * in[0], dstr, size, &at(0, k), sa);
             }
-            if (plain) mul_rows<T, I, true>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, local_bad);
+            if (plain) mul_rows<T, I, true>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, !grouped, local_bad);
             else backward(k0, k0 + c, at);
         };
         if (grouped) {
@@ -2266,7 +2313,9 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
             }
         } else {
             // The whole block in the long array, at dD's offsets (dD is C-contiguous).
-            group(0, count, reinterpret_cast<T*>(long_s.get() + off0), dstr / N, in[0] / N);
+            T* const s0 = reinterpret_cast<T*>(long_s.get() + off0);
+            if (in[0] == N) group(0, count, s0, dstr / N, std::integral_constant<int64_t, 1>{});
+            else group(0, count, s0, dstr / N, in[0] / N);
         }
         if (stream) stream_fence();
         if (local_bad) bad.store(true, std::memory_order_relaxed);
