@@ -534,6 +534,10 @@ def test_mul_backward_in_parallel_is_thread_independent_and_matches_torch(axis):
         ((34_000, 2), (300, 2), 0),
         # S of 2.2 MB (4.4 MB complex), beyond the cache as well, in rows of eight fibers.
         ((34_000, 8), (600, 8), 0),
+        # One fiber of 320 KB: S beyond the scratch, walked as rows of one.
+        ((40_000,), (5_000,), 0),
+        # Fibers of 160 KB (320 KB complex): groups of one fiber in the scratch, or beyond it.
+        ((20_000, 3), (900, 3), 0),
     ],
 )
 def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, axis, dtype, streaming_outputs):
