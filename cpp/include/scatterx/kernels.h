@@ -2290,44 +2290,41 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
         // made vjp_mul slower (12.3-15.7 -> 16.3-17.8 ms, alternating processes).
         auto group = [&](int64_t k0, int64_t c, T* ps, int64_t sa, auto sk) {
             auto at = [&](int64_t a, int64_t k) -> T& { return ps[a * sa + (k - k0) * sk]; };
-            // Rows of the scratch: the plain walks (mul_rows).
+            // The plain walks (mul_rows): rows of the group's fibers, where their P lie side by
+            // side (a unit step) and the rows of indices and updates are contiguous, or one fiber;
+            // fiber by fiber along a last axis; the generic walk otherwise.
             constexpr bool unit_step = std::is_same_v<decltype(sk), std::integral_constant<int64_t, 1>>;
             const bool plain = unit_step && axis_outer && (c == 1 || (in[1] == int64_t(sizeof(I)) && in[2] == N));
             const char* const ip0 = p[1] + k0 * in[1];
             const char* const up0 = p[2] + k0 * in[2];
             char* const dp0 = gu + (up0 - u);
             each_position(k0, k0 + c, [&](int64_t, int64_t a, int64_t k) { at(a, k) = one_of<T>(); });
-            // Along the last axis, fiber by fiber, each as rows of one.
-            auto fibers = [&](auto one_walk) {
-                for (int64_t k = k0; k < k0 + c; ++k) {
-                    const int64_t q = (p[2] - u) + k * in[2];
-                    one_walk(p[1] + k * in[1], u + q, gu + q, &at(0, k));
+            // One walk over the group's updates, forward (std::false_type) or backward.
+            auto pass = [&](auto backward_walk) {
+                constexpr bool back = decltype(backward_walk)::value;
+                if (plain) {
+                    mul_rows<T, I, back>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, !grouped, local_bad);
+                } else if (!axis_outer) {
+                    // Along the last axis, fiber by fiber, each as rows of one.
+                    for (int64_t k = k0; k < k0 + c; ++k) {
+                        const int64_t q = (p[2] - u) + k * in[2];
+                        mul_rows<T, I, back>(p[1] + k * in[1], astr[1], u + q, gu + q, astr[2], na, 1, size, &at(0, k),
+                                             sa, !grouped, local_bad);
+                    }
+                } else if constexpr (back) {
+                    backward(k0, k0 + c, at);
+                } else {
+                    forward(k0, k0 + c, at);
                 }
             };
-            if (plain) {
-                mul_rows<T, I, false>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, !grouped, local_bad);
-            } else if (!axis_outer) {
-                fibers([&](const char* ip, const char* up, char* dp, T* pk) {
-                    mul_rows<T, I, false>(ip, astr[1], up, dp, astr[2], na, 1, size, pk, sa, !grouped, local_bad);
-                });
-            } else {
-                forward(k0, k0 + c, at);
-            }
+            pass(std::false_type{});
             // In each_position's order: along the fibers when they are the nearer in memory.
             if (c > 1 && in[0] < dstr) {
                 for (int64_t a = 0; a < size; ++a) turn(off0 + a * dstr + k0 * in[0], in[0], c, &at(a, k0), sk);
             } else {
                 for (int64_t k = k0; k < k0 + c; ++k) turn(off0 + k * in[0], dstr, size, &at(0, k), sa);
             }
-            if (plain) {
-                mul_rows<T, I, true>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, !grouped, local_bad);
-            } else if (!axis_outer) {
-                fibers([&](const char* ip, const char* up, char* dp, T* pk) {
-                    mul_rows<T, I, true>(ip, astr[1], up, dp, astr[2], na, 1, size, pk, sa, !grouped, local_bad);
-                });
-            } else {
-                backward(k0, k0 + c, at);
-            }
+            pass(std::true_type{});
         };
         if (grouped) {
             // A group of fibers at a time in the scratch, as rows of `c`.
