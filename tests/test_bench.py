@@ -521,6 +521,15 @@ def test_memory_probe_sees_no_allocation_beyond_the_output():
     assert report["numpy_extra_bytes"] <= 0.05 * report["input_bytes"]
 
 
+def test_memory_probe_counts_outputs_as_fresh_pages():
+    """The warm-up call's outputs go back to the output cache; the measured calls must not take
+    them from there (resident already, they would hide as many bytes of anything else)."""
+    (report,) = _bench.memory_subprocess(["vjp_add"], quick=True, threads=1)
+    assert report["output_bytes"] > 3 << 20  # the update gradients alone: a cached size
+    if report["rss_extra_bytes"] is not None:
+        assert report["rss_extra_bytes"] > -(1 << 20)
+
+
 _PROBE = """
 import ctypes, json, numpy as np
 from scatterx._bench import peak_extra
