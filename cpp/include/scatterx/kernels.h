@@ -2091,12 +2091,12 @@ inline constexpr int64_t kMulTargetsAhead = 128;
 // faster in 3 / 4 / 3 of 6 (medians 44.2 / 35.2 / 45.8 against 42.8 ms): within the noise.
 // Rows of one fiber (a 1-D call, or a thread's one fiber) took the generic walk too until then;
 // as rows of one here (their streams left to the hardware prefetcher), alternating processes,
-// four rounds of medians of five, float64, bits the same: 1-D 1e5 <- 1e7 145.8 -> 91.2 ms,
-// 400000 x 2 <- 2e6 x 2 56.4 -> 30.4, 1e6 x 2 <- 2e6 x 2 150.5 -> 48.0 (first round; faster in
-// 4 of 4 each). So do the fibers along a last axis, one after the other (they took the generic
+// four rounds of medians of five, float64, bits the same: 1-D 1e5 <- 1e7 145.7 -> 91.1 ms,
+// 400000 x 2 <- 2e6 x 2 56.9 -> 30.0, 1e6 x 2 <- 2e6 x 2 170.3 -> 47.6 (medians of the rounds;
+// faster in 4 of 4 each). So do the fibers along a last axis, one after the other (they took the generic
 // walk's fiber order until then; alternating processes, four rounds, float32, bits the same):
-// 32 x 100000 <- 32 x 200000 44.9 -> 17.7 ms, 64 x 512 x 128 <- 64 x 512 x 64 32.7 -> 25.0,
-// 2048 x 512 <- 2048 x 256 6.1 -> 3.7 (medians of the rounds; faster in 4 of 4 each).
+// 32 x 100000 <- 32 x 200000 44.7 -> 17.7 ms, 64 x 512 x 128 <- 64 x 512 x 64 32.5 -> 25.1,
+// 2048 x 512 <- 2048 x 256 6.1 -> 3.75 (medians of the rounds; faster in 4 of 4 each).
 template <class T, class I, bool Backward>
 inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, int64_t ustr, int64_t na, int64_t c,
                      int64_t size, T* ps, int64_t sa, bool far, bool& bad) {
