@@ -166,8 +166,7 @@ def scatter_backward(res: ScatterResiduals, grad_output, scale: float = 1.0):
 def _finish(grad: np.ndarray, dtype: np.dtype, scale: float) -> np.ndarray:
     """Applies `scale` in the compute dtype and rounds to `dtype` once."""
     if scale != 1.0:
-        if grad.dtype != compute_dtype(dtype):
-            grad = _kernels.cast(grad, compute_dtype(dtype))
+        grad = _kernels.cast(grad, compute_dtype(dtype), copy=False)
         grad *= grad.dtype.type(scale)
     if grad.dtype != dtype:
         grad = _kernels.cast(grad, dtype)
