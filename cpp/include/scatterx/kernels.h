@@ -2061,11 +2061,26 @@ template <class T> inline T one_of() {
 inline constexpr int64_t kMulScratchBytes = int64_t(256) << 10;
 // How many random targets ahead the walks over fibers longer than that ask for (mul_rows).
 inline constexpr int64_t kMulTargetsAhead = 128;
+// Fibers longer than the scratch keep P and S in an array of their own, as large as data, only
+// while that array is at most this share of the inputs (G, D, indices, updates): SPEC section 8
+// allows 5 % of the inputs beyond the outputs. Otherwise they keep them in dD itself and walk
+// their updates three times (mul_backward). The setting in force: -1 by that share; 0 always an
+// array of their own, 1 always dD (tests set it to reach both ways).
+inline constexpr int64_t kMulOwnStateShare = 32;  // 1/32 of the inputs, 3.1 %
+inline int& mul_state_in_place() {
+    static int mode = -1;
+    return mode;
+}
+
+// The walks of the backward of "mul" over the updates of a group of fibers: `forward` leaves in
+// dU the product P of the target's updates before it (then P *= u); `backward` turns dU into
+// conj(dU * S) (then S *= u); `product` only multiplies P by the updates (dU untouched).
+enum class MulWalk { forward, backward, product };
 
 // A walk of mul_backward (below) over rows of `c` fibers whose indices and updates are
-// contiguous along the fibers (the axis before them), row by row (from the last when
-// `Backward`): forward, dU = the running product P of the target, then P *= u; backward, dU =
-// conj(dU * S), then S *= u. P or S of axis position a, fiber k at ps[a * sa + k]. Rows of
+// contiguous along the fibers (the axis before them), row by row (from the last when `W` is
+// MulWalk::backward): forward, dU = the running product P of the target, then P *= u; backward,
+// dU = conj(dU * S), then S *= u; product, P *= u alone. P or S of axis position a, fiber k at ps[a * sa + k]. Rows of
 // indices `istr` bytes apart from ip0, of updates and dU `ustr` apart from up0 and dp0. A plain
 // loop over values passed in: through the captured references of a generic walk the compiler
 // reloaded the arrays' addresses at every update (vjp_mul 13.5 -> 11.6 ms, medians of five
@@ -2076,8 +2091,8 @@ inline constexpr int64_t kMulTargetsAhead = 128;
 // eight rounds of medians of seven calls, vjp_mul (rows of 128): 3.16 ms -> 2.75 / 2.48 / 2.41 /
 // 2.51 with both walks asking 1 / 2 / 4 / 8 rows ahead (faster in 7, 7, 7, 8 of 8); the
 // forward walk alone 2 / 4 rows ahead 2.60 / 2.62 (8 of 8).
-// With `far` (P and S in the data-sized array of fibers longer than the scratch, beyond the
-// cache), each walk also asks for the random targets of the row about kMulTargetsAhead elements
+// With `far` (P and S of fibers longer than the scratch, in their own array or in dD, beyond
+// the cache), each walk also asks for the random targets of the row about kMulTargetsAhead elements
 // later, along the row it works on (each_index_ahead), as the forward scatter does.
 // Until stop 50 such fibers went the generic walk (mul_backward's `walk`), with nothing asked
 // for: each random P or S waited on memory. The backward of "mul" with the max0 shapes
@@ -2097,10 +2112,11 @@ inline constexpr int64_t kMulTargetsAhead = 128;
 // walk's fiber order until then; alternating processes, four rounds, float32, bits the same):
 // 32 x 100000 <- 32 x 200000 44.7 -> 17.7 ms, 64 x 512 x 128 <- 64 x 512 x 64 32.5 -> 25.1,
 // 2048 x 512 <- 2048 x 256 6.1 -> 3.75 (medians of the rounds; faster in 4 of 4 each).
-template <class T, class I, bool Backward>
+template <class T, class I, MulWalk W>
 inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, int64_t ustr, int64_t na, int64_t c,
                      int64_t size, T* ps, int64_t sa, bool far, bool& bad) {
     constexpr int64_t N = sizeof(T);
+    constexpr bool Backward = W == MulWalk::backward, writes = W != MulWalk::product;
     // One fiber (c == 1) is one strided stream each, left to the hardware prefetcher.
     const int64_t ahead = c > 1 ? std::max<int64_t>(1, kRowStreamAhead / c) : 0;
     const int64_t targets_ahead = far ? rows_ahead(c, kMulTargetsAhead) : 0;
@@ -2113,7 +2129,7 @@ inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, 
         if (ahead && later >= 0 && later < na) {
             prefetch_lines(ip0 + later * istr, c * int64_t(sizeof(I)));
             prefetch_lines(up0 + later * ustr, c * N);
-            prefetch_lines(dp0 + later * ustr, c * N);
+            if (writes) prefetch_lines(dp0 + later * ustr, c * N);
         }
         const int64_t target_row = Backward ? j - targets_ahead : j + targets_ahead;
         const I* later_row = targets_ahead && target_row >= 0 && target_row < na
@@ -2124,7 +2140,7 @@ inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, 
             const T x = *pt;
             if constexpr (Backward) {
                 dp[k] = conj_of(Arith<T>::mul(dp[k], x));
-            } else {
+            } else if constexpr (writes) {
                 dp[k] = x;
             }
             *pt = Arith<T>::mul(x, up[k]);
@@ -2153,6 +2169,17 @@ inline void mul_turn(const T* __restrict__ G, const T* __restrict__ D, T* __rest
     }
 }
 
+// The passes of mul_backward (below) over a contiguous run of `n` elements of dD (x) where dD
+// keeps P and S itself: S = conj(G) * D in x, or, with `to_dd`, dD = G * conj(P) from P in x.
+template <class T>
+inline void mul_settle(const T* G, const T* D, T* x, int64_t n, bool to_dd) {
+    if (to_dd) {
+        for (int64_t b = 0; b < n; ++b) x[b] = Arith<T>::mul(G[b], conj_of(x[b]));
+    } else {
+        for (int64_t b = 0; b < n; ++b) x[b] = Arith<T>::mul(conj_of(G[b]), D[b]);
+    }
+}
+
 // The backward of "mul", without division (zeros and duplicates stay exact), for the compute
 // type T. Each update k with target t gets dU[k] = conj(before(k) * R(k)), where before(k) is
 // the product of the updates of t that precede k in row-major order and R(k) is conj(G[t]) *
@@ -2166,7 +2193,11 @@ inline void mul_turn(const T* __restrict__ G, const T* __restrict__ D, T* __rest
 // (thread_scratch), as many fibers at a time as fit in kMulScratchBytes, or, for fibers longer
 // than that, in an array of `extent` bytes at dD's offsets (before stop 14 every call took
 // one: a scratch as large as data, 29 % of vjp_mul's inputs); so dD is only written (by
-// streaming stores in a large call, see kStreamBytes). P in dD, dD written in place, measured
+// streaming stores in a large call, see kStreamBytes). Where that array would exceed
+// 1/kMulOwnStateShare of the inputs (see there), P and S live in dD itself: S = conj(G) * D
+// replaces P after the forward walk, and after the backward walk a third walk (`product`)
+// sets P again from ones, which the last pass turns into dD = G * conj(P) in place. Each
+// product is formed in the same order either way, so the bits are the same. P in dD, dD written in place, measured
 // against P in the scratch in alternating processes (vjp_mul, two threads): 13.8 / 13.9 / 14.4
 // / 14.2 against 11.3 / 13.0 / 11.7 / 11.5 ms; with dD streamed from the scratch pass, in one
 // process alternating: 11.2 against 9.7 ms. Only the fibers of dD that a fiber of the indices
@@ -2181,8 +2212,11 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
     constexpr int64_t N = sizeof(T);
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
     const bool grouped = g.axis_size * N <= kMulScratchBytes;
-    std::unique_ptr<char, FreeBuffer> long_s = grouped ? nullptr : large_buffer(extent);
-    if (!grouped && !long_s) throw std::bad_alloc();
+    const int64_t inputs = 2 * extent + volume(g.s.shape, g.s.ndim) * (int64_t(sizeof(I)) + N);
+    const int mode = mul_state_in_place();
+    const bool in_place = !grouped && (mode == 1 || (mode == -1 && extent > inputs / kMulOwnStateShare));
+    std::unique_ptr<char, FreeBuffer> long_s = grouped || in_place ? nullptr : large_buffer(extent);
+    if (!grouped && !in_place && !long_s) throw std::bad_alloc();
     // G, D and dD, indices, updates and dU (see kStreamBytes).
     const bool stream = streams_bulk(3 * extent + volume(g.s.shape, g.s.ndim) * (int64_t(sizeof(I)) + 2 * N));
     const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, g.axis_size)).first;
@@ -2256,6 +2290,28 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
                 st = Arith<T>::mul(st, *reinterpret_cast<const T*>(u + q));
             });
         };
+        // The product walk, P of fiber k, axis position a at p_at(a, k).
+        auto product = [&](int64_t k0, int64_t k1, auto&& p_at) {
+            walk(k0, k1, false, [&](int64_t a, int64_t k, int64_t q) {
+                T& pt = p_at(a, k);
+                pt = Arith<T>::mul(pt, *reinterpret_cast<const T*>(u + q));
+            });
+        };
+        // In place (P and S in dD): S = conj(G) * D, or with `to_dd` dD = G * conj(P), over `n`
+        // positions from byte offset t0 at byte step `step`.
+        auto settle = [&](int64_t t0, int64_t step, int64_t n, bool to_dd) {
+            if (step == N) {
+                mul_settle(reinterpret_cast<const T*>(G + t0), reinterpret_cast<const T*>(D + t0),
+                           reinterpret_cast<T*>(gd + t0), n, to_dd);
+                return;
+            }
+            for (int64_t b = 0; b < n; ++b) {
+                const int64_t t = t0 + b * step;
+                T& x = *reinterpret_cast<T*>(gd + t);
+                const T gt = *reinterpret_cast<const T*>(G + t);
+                x = to_dd ? Arith<T>::mul(gt, conj_of(x)) : Arith<T>::mul(conj_of(gt), *reinterpret_cast<const T*>(D + t));
+            }
+        };
         // dD = G * conj(P) and S = conj(G) * D in P's place over `n` positions, from byte offset
         // t0 at byte step `step`, whose P lie at ps, `pstep` elements apart. A run of dD that is
         // contiguous goes out by streaming stores in a large call, a block at a time from a
@@ -2298,33 +2354,51 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
             const char* const ip0 = p[1] + k0 * in[1];
             const char* const up0 = p[2] + k0 * in[2];
             char* const dp0 = gu + (up0 - u);
-            each_position(k0, k0 + c, [&](int64_t, int64_t a, int64_t k) { at(a, k) = one_of<T>(); });
-            // One walk over the group's updates, forward (std::false_type) or backward.
-            auto pass = [&](auto backward_walk) {
-                constexpr bool back = decltype(backward_walk)::value;
+            auto ones = [&] { each_position(k0, k0 + c, [&](int64_t, int64_t a, int64_t k) { at(a, k) = one_of<T>(); }); };
+            // One walk over the group's updates (MulWalk, as a std::integral_constant).
+            auto pass = [&](auto which) {
+                constexpr MulWalk w = decltype(which)::value;
                 if (plain) {
-                    mul_rows<T, I, back>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, !grouped, local_bad);
+                    mul_rows<T, I, w>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, !grouped, local_bad);
                 } else if (!axis_outer) {
                     // Along the last axis, fiber by fiber, each as rows of one.
                     for (int64_t k = k0; k < k0 + c; ++k) {
                         const int64_t q = (p[2] - u) + k * in[2];
-                        mul_rows<T, I, back>(p[1] + k * in[1], astr[1], u + q, gu + q, astr[2], na, 1, size, &at(0, k),
-                                             sa, !grouped, local_bad);
+                        mul_rows<T, I, w>(p[1] + k * in[1], astr[1], u + q, gu + q, astr[2], na, 1, size, &at(0, k),
+                                          sa, !grouped, local_bad);
                     }
-                } else if constexpr (back) {
+                } else if constexpr (w == MulWalk::backward) {
                     backward(k0, k0 + c, at);
-                } else {
+                } else if constexpr (w == MulWalk::forward) {
                     forward(k0, k0 + c, at);
+                } else {
+                    product(k0, k0 + c, at);
                 }
             };
-            pass(std::false_type{});
-            // In each_position's order: along the fibers when they are the nearer in memory.
-            if (c > 1 && in[0] < dstr) {
-                for (int64_t a = 0; a < size; ++a) turn(off0 + a * dstr + k0 * in[0], in[0], c, &at(a, k0), sk);
+            // Calls f(t0, step, n, ps, pstep) over the group's runs of positions, in
+            // each_position's order: along the fibers when they are the nearer in memory.
+            auto runs = [&](auto&& f) {
+                if (c > 1 && in[0] < dstr) {
+                    for (int64_t a = 0; a < size; ++a) f(off0 + a * dstr + k0 * in[0], in[0], c, &at(a, k0), sk);
+                } else {
+                    for (int64_t k = k0; k < k0 + c; ++k) f(off0 + k * in[0], dstr, size, &at(0, k), sa);
+                }
+            };
+            using walk_forward = std::integral_constant<MulWalk, MulWalk::forward>;
+            using walk_backward = std::integral_constant<MulWalk, MulWalk::backward>;
+            using walk_product = std::integral_constant<MulWalk, MulWalk::product>;
+            ones();
+            pass(walk_forward{});
+            if (in_place) {
+                runs([&](int64_t t0, int64_t step, int64_t n, T*, int64_t) { settle(t0, step, n, false); });
+                pass(walk_backward{});
+                ones();
+                pass(walk_product{});
+                runs([&](int64_t t0, int64_t step, int64_t n, T*, int64_t) { settle(t0, step, n, true); });
             } else {
-                for (int64_t k = k0; k < k0 + c; ++k) turn(off0 + k * in[0], dstr, size, &at(0, k), sa);
+                runs(turn);
+                pass(walk_backward{});
             }
-            pass(std::true_type{});
         };
         if (grouped) {
             // A group of fibers at a time in the scratch, as rows of `c`.
@@ -2339,8 +2413,8 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
                 group(k0, c, scratch, c, std::integral_constant<int64_t, 1>{});
             }
         } else {
-            // The whole block in the long array, at dD's offsets (dD is C-contiguous).
-            T* const s0 = reinterpret_cast<T*>(long_s.get() + off0);
+            // The whole block in the long array or in dD, at dD's offsets (dD is C-contiguous).
+            T* const s0 = reinterpret_cast<T*>((in_place ? gd : long_s.get()) + off0);
             if (in[0] == N || count == 1) group(0, count, s0, dstr / N, std::integral_constant<int64_t, 1>{});
             else group(0, count, s0, dstr / N, in[0] / N);
         }
