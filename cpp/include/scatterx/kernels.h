@@ -2906,11 +2906,18 @@ bool extremum_backward(const Geometry& g, char* dD, const char* G, const Ties& t
                 // count of a later tie (with ties_by_select, the others ask for the table's
                 // first byte, a select, not a branch: the ties are random). (Asking for every
                 // update's count, as until stop 35, measured no faster for vjp_max and slower
-                // for vjp_min: below.)
+                // for vjp_min: below.) Comparing values, the walk asks for the result alone.
+                // Until stop 51 it also asked for the update's count where not ties_by_select,
+                // but GCC 12 left that request out of every build (an audit of stop 51: the
+                // same source built with -fno-ipa-pure-const had one prefetch more in each of
+                // the 16 instantiations of this walk, and in nothing else). Kept by an asm
+                // statement, old and new builds in alternating processes, six rounds of
+                // medians of seven calls, Zen 3: vjp_max 79.1 -> 83.1 ms (slower in 5 of 6),
+                // vjp_min 77.5 -> 79.9 (4 of 6), the bits the same. So it is gone from the source.
                 auto ask = [&](int64_t t, int64_t u, int64_t v, int64_t k) {
                     if constexpr (Ties::compares) {
                         ties.prefetch(t);
-                        if (!select) __builtin_prefetch(table + ((v * c + k) >> (nibbles ? 1 : 0)), 1);
+                        (void)u, (void)v, (void)k;
                     } else {
                         const int64_t at = v * c + k;
                         __builtin_prefetch(table + (nibbles ? at >> 1 : shared_at(at, ties.noted(gu, u))), 1);
