@@ -355,8 +355,7 @@ int64_t mul_backward_py(nb::handle g_h, nb::handle d_h, nb::handle indices_h, nb
     if (!same_layout(dD, G) || !same_layout(dD, D) || !same_shape(idx, u) ||
         !same_layout(u, gu) || u.itemsize != dD.itemsize || type_itemsize(type_code) != dD.itemsize)
         throw std::invalid_argument("scatterx._core: shape, layout or element size mismatch");
-    // The bytes from dD's first element to the end of its last (the span of the scratch for
-    // long fibers, which shares dD's offsets).
+    // The bytes from dD's first element to the end of its last (G's and D's too).
     int64_t extent = dD.itemsize;
     for (int d = 0; d < dD.ndim; ++d) {
         if (dD.strides[d] < 0) throw std::invalid_argument("scatterx._core: mul_backward needs non-negative strides");
@@ -745,11 +744,6 @@ NB_MODULE(_core, m) {
     m.def("set_stream_bytes", [](int64_t n) { return std::exchange(stream_bytes(), n); }, nb::arg("nbytes"),
           "Sets the size of a call (all its arrays) beyond which its output is written by streaming stores; "
           "returns the previous one (for tests).");
-    m.def("set_mul_state_in_place", [](int mode) { return std::exchange(mul_state_in_place(), mode < 0 ? -1 : mode > 0); },
-          nb::arg("mode"),
-          "Where the backward of mul keeps the products of fibers longer than its scratch: -1 by their share of "
-          "the inputs (the default), 0 in an array of their own, 1 in grad_data itself; returns the previous "
-          "setting (for tests).");
     m.def("set_ties_by_select", [](bool on) { return std::exchange(ties_by_select(), on); }, nb::arg("on"),
           "Whether the backward of max/min fetches only the tying updates' counts and shares (the default on "
           "Intel CPUs) or every update's; returns the previous setting (for tests).");

@@ -25,10 +25,6 @@
 #include <emmintrin.h>
 #endif
 
-#if __has_include(<sys/mman.h>)
-#include <sys/mman.h>
-#endif
-
 #include "parallel.h"
 #include "reducers.h"
 
@@ -658,24 +654,6 @@ inline char* thread_scratch(int64_t bytes) {
         if (!buffer) return nullptr;
     }
     return buffer.get();
-}
-
-// A call's own buffer of `bytes`, as large as one of its arrays: 64-byte aligned; from
-// kHugeBufferBytes on, 2 MiB-aligned and marked for transparent huge pages, as NumPy marks its
-// large arrays and scatterx its results (bindings.cpp, advise_huge_pages): random accesses into
-// it would otherwise miss the TLB. Null when it cannot be allocated. (The data-sized S of the
-// backward of "mul", stop 50: standalone, a walk of random targets in it 15.6 / 17.5 ms on 4 KiB
-// pages, 11.0 / 14.7 on huge pages; in scatterx, one build with a switch, six rounds, without
-// the huge pages faster in 3 of 6: no difference shown there.)
-inline constexpr int64_t kHugeBufferBytes = int64_t(4) << 20;
-inline std::unique_ptr<char, FreeBuffer> large_buffer(int64_t bytes) {
-    const int64_t align = bytes >= kHugeBufferBytes ? int64_t(2) << 20 : 64;
-    const int64_t rounded = (bytes + align - 1) / align * align;
-    std::unique_ptr<char, FreeBuffer> buffer(static_cast<char*>(std::aligned_alloc(size_t(align), size_t(rounded))));
-#if defined(MADV_HUGEPAGE)
-    if (buffer && align > 64) madvise(buffer.get(), size_t(rounded), MADV_HUGEPAGE);
-#endif
-    return buffer;
 }
 
 // Streaming stores. A store to a line that is not in the cache first reads the line from
@@ -2061,26 +2039,12 @@ template <class T> inline T one_of() {
 inline constexpr int64_t kMulScratchBytes = int64_t(256) << 10;
 // How many random targets ahead the walks over fibers longer than that ask for (mul_rows).
 inline constexpr int64_t kMulTargetsAhead = 128;
-// Fibers longer than the scratch keep P and S in an array of their own, as large as data, only
-// while that array is at most this share of the inputs (G, D, indices, updates): SPEC section 8
-// allows 5 % of the inputs beyond the outputs. Otherwise they keep them in dD itself and walk
-// their updates three times (mul_backward). The setting in force: -1 by that share; 0 always an
-// array of their own, 1 always dD (tests set it to reach both ways).
-inline constexpr int64_t kMulOwnStateShare = 32;  // 1/32 of the inputs, 3.1 %
-inline int& mul_state_in_place() {
-    static int mode = -1;
-    return mode;
-}
-
-// The walks of the backward of "mul" over the updates of a group of fibers: `forward` leaves in
-// dU the product P of the target's updates before it (then P *= u); `backward` turns dU into
-// conj(dU * S) (then S *= u); `product` only multiplies P by the updates (dU untouched).
-enum class MulWalk { forward, backward, product };
 
 // A walk of mul_backward (below) over rows of `c` fibers whose indices and updates are
-// contiguous along the fibers (the axis before them), row by row (from the last when `W` is
-// MulWalk::backward): forward, dU = the running product P of the target, then P *= u; backward,
-// dU = conj(dU * S), then S *= u; product, P *= u alone. P or S of axis position a, fiber k at ps[a * sa + k]. Rows of
+// contiguous along the fibers (the axis before them), row by row, from the last when `Reverse`:
+// each update takes the running product X of its target (P walking forward, S walking back),
+// dU = X, or with `Combine` dU = conj(dU * X) (X, then, from the other walk's product), and
+// then X *= u. P or S of axis position a, fiber k at ps[a * sa + k]. Rows of
 // indices `istr` bytes apart from ip0, of updates and dU `ustr` apart from up0 and dp0. A plain
 // loop over values passed in: through the captured references of a generic walk the compiler
 // reloaded the arrays' addresses at every update (vjp_mul 13.5 -> 11.6 ms, medians of five
@@ -2091,7 +2055,7 @@ enum class MulWalk { forward, backward, product };
 // eight rounds of medians of seven calls, vjp_mul (rows of 128): 3.16 ms -> 2.75 / 2.48 / 2.41 /
 // 2.51 with both walks asking 1 / 2 / 4 / 8 rows ahead (faster in 7, 7, 7, 8 of 8); the
 // forward walk alone 2 / 4 rows ahead 2.60 / 2.62 (8 of 8).
-// With `far` (P and S of fibers longer than the scratch, in their own array or in dD, beyond
+// With `far` (P and S of fibers longer than the scratch, in dD since stop 51, beyond
 // the cache), each walk also asks for the random targets of the row about kMulTargetsAhead elements
 // later, along the row it works on (each_index_ahead), as the forward scatter does.
 // Until stop 50 such fibers went the generic walk (mul_backward's `walk`), with nothing asked
@@ -2112,11 +2076,11 @@ enum class MulWalk { forward, backward, product };
 // walk's fiber order until then; alternating processes, four rounds, float32, bits the same):
 // 32 x 100000 <- 32 x 200000 44.7 -> 17.7 ms, 64 x 512 x 128 <- 64 x 512 x 64 32.5 -> 25.1,
 // 2048 x 512 <- 2048 x 256 6.1 -> 3.75 (medians of the rounds; faster in 4 of 4 each).
-template <class T, class I, MulWalk W>
+template <class T, class I, bool Reverse, bool Combine>
 inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, int64_t ustr, int64_t na, int64_t c,
                      int64_t size, T* ps, int64_t sa, bool far, bool& bad) {
     constexpr int64_t N = sizeof(T);
-    constexpr bool Backward = W == MulWalk::backward, writes = W != MulWalk::product;
+    constexpr bool Backward = Reverse;
     // One fiber (c == 1) is one strided stream each, left to the hardware prefetcher.
     const int64_t ahead = c > 1 ? std::max<int64_t>(1, kRowStreamAhead / c) : 0;
     const int64_t targets_ahead = far ? rows_ahead(c, kMulTargetsAhead) : 0;
@@ -2129,7 +2093,7 @@ inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, 
         if (ahead && later >= 0 && later < na) {
             prefetch_lines(ip0 + later * istr, c * int64_t(sizeof(I)));
             prefetch_lines(up0 + later * ustr, c * N);
-            if (writes) prefetch_lines(dp0 + later * ustr, c * N);
+            prefetch_lines(dp0 + later * ustr, c * N);
         }
         const int64_t target_row = Backward ? j - targets_ahead : j + targets_ahead;
         const I* later_row = targets_ahead && target_row >= 0 && target_row < na
@@ -2138,9 +2102,9 @@ inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, 
         each_index_ahead(ip, later_row, c, size, bad, [&](int64_t k, int64_t v) {
             T* const pt = ps + v * sa + k;
             const T x = *pt;
-            if constexpr (Backward) {
+            if constexpr (Combine) {
                 dp[k] = conj_of(Arith<T>::mul(dp[k], x));
-            } else if constexpr (writes) {
+            } else {
                 dp[k] = x;
             }
             *pt = Arith<T>::mul(x, up[k]);
@@ -2190,15 +2154,21 @@ inline void mul_settle(const T* G, const T* D, T* x, int64_t n, bool to_dd) {
 // S = conj(G) * D in P's place; a backward walk keeps R in S. Arrays: dD is array 0 of the
 // geometry, and G and D lie at the same byte offsets, within `extent` bytes; u (updates) is
 // array 2 and dU lies at the same offsets as u. P and S live in a per-thread scratch
-// (thread_scratch), as many fibers at a time as fit in kMulScratchBytes, or, for fibers longer
-// than that, in an array of `extent` bytes at dD's offsets (before stop 14 every call took
-// one: a scratch as large as data, 29 % of vjp_mul's inputs); so dD is only written (by
-// streaming stores in a large call, see kStreamBytes). Where that array would exceed
-// 1/kMulOwnStateShare of the inputs (see there), P and S live in dD itself: S = conj(G) * D
-// replaces P after the forward walk, and after the backward walk a third walk (`product`)
-// sets P again from ones, which the last pass turns into dD = G * conj(P) in place. Each
-// product is formed in the same order either way, so the bits are the same. P in dD, dD written in place, measured
-// against P in the scratch in alternating processes (vjp_mul, two threads): 13.8 / 13.9 / 14.4
+// (thread_scratch), as many fibers at a time as fit in kMulScratchBytes (before stop 14 every
+// call took a scratch as large as data, 29 % of vjp_mul's inputs); so dD is only written (by
+// streaming stores in a large call, see kStreamBytes). Fibers longer than that keep P and S in
+// dD itself, the walks taken in the other order: S = conj(G) * D in dD, a backward walk leaves
+// each R(k) in dU[k]; then P = 1, a forward walk turns dU[k] into conj(before(k) * R(k)), and
+// dD = G * conj(P) where P lies. Every product is formed from the same operands in the same
+// order either way, so the bits are the same. Until stop 51 they kept them in an array of
+// their own as large as data (12.8 MB, 14.2 % of the inputs of the backward of "mul" with the
+// max0 shapes; SPEC section 8 allows 5 %). Stop 51, one build with a switch, one process, five
+// rounds of medians of five calls, two threads, bits the same: max0 shapes (float32) 37.0 ->
+// 39.1 ms (faster in 1 of 5), 1-D 1e5 <- 1e7 (float64) 88.1 -> 78.0 (5 of 5), 400000 x 2 <- 2e6
+// x 2 (float64) 30.7 -> 26.7 (5 of 5), 32 x 100000 <- 32 x 200000 along the last axis (float32)
+// 15.6 -> 15.5 (3 of 5). (A first form in dD kept the walks' order and walked a third time to
+// set P again: 54.7 ms with the max0 shapes.) P in dD for vjp_mul's fibers, in the scratch's
+// place, dD written in place, measured against P in the scratch in alternating processes (vjp_mul, two threads): 13.8 / 13.9 / 14.4
 // / 14.2 against 11.3 / 13.0 / 11.7 / 11.5 ms; with dD streamed from the scratch pass, in one
 // process alternating: 11.2 against 9.7 ms. Only the fibers of dD that a fiber of the indices
 // reaches are written (the caller sets the others to G * conj(1)). Returns false when an
@@ -2212,11 +2182,6 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
     constexpr int64_t N = sizeof(T);
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
     const bool grouped = g.axis_size * N <= kMulScratchBytes;
-    const int64_t inputs = 2 * extent + volume(g.s.shape, g.s.ndim) * (int64_t(sizeof(I)) + N);
-    const int mode = mul_state_in_place();
-    const bool in_place = !grouped && (mode == 1 || (mode == -1 && extent > inputs / kMulOwnStateShare));
-    std::unique_ptr<char, FreeBuffer> long_s = grouped || in_place ? nullptr : large_buffer(extent);
-    if (!grouped && !in_place && !long_s) throw std::bad_alloc();
     // G, D and dD, indices, updates and dU (see kStreamBytes).
     const bool stream = streams_bulk(3 * extent + volume(g.s.shape, g.s.ndim) * (int64_t(sizeof(I)) + 2 * N));
     const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, g.axis_size)).first;
@@ -2273,28 +2238,15 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
                 }
             }
         };
-        // The forward walk, P of fiber k, axis position a at p_at(a, k).
-        auto forward = [&](int64_t k0, int64_t k1, auto&& p_at) {
-            walk(k0, k1, false, [&](int64_t a, int64_t k, int64_t q) {
-                T& pt = p_at(a, k);
-                *reinterpret_cast<T*>(gu + q) = pt;
-                pt = Arith<T>::mul(pt, *reinterpret_cast<const T*>(u + q));
-            });
-        };
-        // The backward walk, S of fiber k, axis position a at s_at(a, k).
-        auto backward = [&](int64_t k0, int64_t k1, auto&& s_at) {
-            walk(k0, k1, true, [&](int64_t a, int64_t k, int64_t q) {
-                T& st = s_at(a, k);
+        // A walk as mul_rows's (Reverse, Combine as std::bool_constant) by the generic walk, the
+        // running product X of fiber k, axis position a at x_at(a, k).
+        auto generic = [&](int64_t k0, int64_t k1, auto reverse, auto combine, auto&& x_at) {
+            walk(k0, k1, decltype(reverse)::value, [&](int64_t a, int64_t k, int64_t q) {
+                T& xt = x_at(a, k);
                 T& out = *reinterpret_cast<T*>(gu + q);
-                out = conj_of(Arith<T>::mul(out, st));
-                st = Arith<T>::mul(st, *reinterpret_cast<const T*>(u + q));
-            });
-        };
-        // The product walk, P of fiber k, axis position a at p_at(a, k).
-        auto product = [&](int64_t k0, int64_t k1, auto&& p_at) {
-            walk(k0, k1, false, [&](int64_t a, int64_t k, int64_t q) {
-                T& pt = p_at(a, k);
-                pt = Arith<T>::mul(pt, *reinterpret_cast<const T*>(u + q));
+                if constexpr (decltype(combine)::value) out = conj_of(Arith<T>::mul(out, xt));
+                else out = xt;
+                xt = Arith<T>::mul(xt, *reinterpret_cast<const T*>(u + q));
             });
         };
         // In place (P and S in dD): S = conj(G) * D, or with `to_dd` dD = G * conj(P), over `n`
@@ -2355,24 +2307,22 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
             const char* const up0 = p[2] + k0 * in[2];
             char* const dp0 = gu + (up0 - u);
             auto ones = [&] { each_position(k0, k0 + c, [&](int64_t, int64_t a, int64_t k) { at(a, k) = one_of<T>(); }); };
-            // One walk over the group's updates (MulWalk, as a std::integral_constant).
-            auto pass = [&](auto which) {
-                constexpr MulWalk w = decltype(which)::value;
+            // One walk over the group's updates, from the last one when `reverse`, combining dU
+            // with the running products when `combine` (mul_rows; both std::bool_constant).
+            auto pass = [&](auto reverse, auto combine) {
+                constexpr bool back = decltype(reverse)::value, both = decltype(combine)::value;
                 if (plain) {
-                    mul_rows<T, I, w>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, !grouped, local_bad);
+                    mul_rows<T, I, back, both>(ip0, astr[1], up0, dp0, astr[2], na, c, size, ps, sa, !grouped,
+                                               local_bad);
                 } else if (!axis_outer) {
                     // Along the last axis, fiber by fiber, each as rows of one.
                     for (int64_t k = k0; k < k0 + c; ++k) {
                         const int64_t q = (p[2] - u) + k * in[2];
-                        mul_rows<T, I, w>(p[1] + k * in[1], astr[1], u + q, gu + q, astr[2], na, 1, size, &at(0, k),
-                                          sa, !grouped, local_bad);
+                        mul_rows<T, I, back, both>(p[1] + k * in[1], astr[1], u + q, gu + q, astr[2], na, 1, size,
+                                                   &at(0, k), sa, !grouped, local_bad);
                     }
-                } else if constexpr (w == MulWalk::backward) {
-                    backward(k0, k0 + c, at);
-                } else if constexpr (w == MulWalk::forward) {
-                    forward(k0, k0 + c, at);
                 } else {
-                    product(k0, k0 + c, at);
+                    generic(k0, k0 + c, reverse, combine, at);
                 }
             };
             // Calls f(t0, step, n, ps, pstep) over the group's runs of positions, in
@@ -2384,20 +2334,22 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
                     for (int64_t k = k0; k < k0 + c; ++k) f(off0 + k * in[0], dstr, size, &at(0, k), sa);
                 }
             };
-            using walk_forward = std::integral_constant<MulWalk, MulWalk::forward>;
-            using walk_backward = std::integral_constant<MulWalk, MulWalk::backward>;
-            using walk_product = std::integral_constant<MulWalk, MulWalk::product>;
-            ones();
-            pass(walk_forward{});
-            if (in_place) {
+            constexpr std::false_type forward, keep;
+            constexpr std::true_type backward, combine;
+            if (!grouped) {
+                // The other order, so that dD's elements hold one product at a time: S from
+                // conj(G) * D walking back (dU = S), then P from ones walking forward (dU =
+                // conj(P * S)); P becomes dD where it lies.
                 runs([&](int64_t t0, int64_t step, int64_t n, T*, int64_t) { settle(t0, step, n, false); });
-                pass(walk_backward{});
+                pass(backward, keep);
                 ones();
-                pass(walk_product{});
+                pass(forward, combine);
                 runs([&](int64_t t0, int64_t step, int64_t n, T*, int64_t) { settle(t0, step, n, true); });
             } else {
+                ones();
+                pass(forward, keep);
                 runs(turn);
-                pass(walk_backward{});
+                pass(backward, combine);
             }
         };
         if (grouped) {
@@ -2413,8 +2365,8 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
                 group(k0, c, scratch, c, std::integral_constant<int64_t, 1>{});
             }
         } else {
-            // The whole block in the long array or in dD, at dD's offsets (dD is C-contiguous).
-            T* const s0 = reinterpret_cast<T*>((in_place ? gd : long_s.get()) + off0);
+            // The whole block in dD itself (C-contiguous).
+            T* const s0 = reinterpret_cast<T*>(gd + off0);
             if (in[0] == N || count == 1) group(0, count, s0, dstr / N, std::integral_constant<int64_t, 1>{});
             else group(0, count, s0, dstr / N, in[0] / N);
         }
