@@ -2293,10 +2293,11 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
             }
         };
         // Fibers [k0, k0 + c): P and then S of fiber k, axis position a at
-        // ps[a * sa + (k - k0) * sk]; dD is only written (by the pass over G). The scratch
-        // passes sk = 1 as a constant: a stride known only at run time in the walks' addressing
-        // made vjp_mul slower (12.3-15.7 -> 16.3-17.8 ms, alternating processes).
-        auto group = [&](int64_t k0, int64_t c, T* ps, int64_t sa, auto sk) {
+        // ps[a * sa + (k - k0) * sk]; dD is only written (by the pass over G), or with `in_dd`
+        // (a std::bool_constant: the scratch's walks compiled as before) ps lies in dD itself.
+        // The scratch passes sk = 1 as a constant: a stride known only at run time in the walks'
+        // addressing made vjp_mul slower (12.3-15.7 -> 16.3-17.8 ms, alternating processes).
+        auto group = [&](int64_t k0, int64_t c, T* ps, int64_t sa, auto sk, auto in_dd) {
             auto at = [&](int64_t a, int64_t k) -> T& { return ps[a * sa + (k - k0) * sk]; };
             // The plain walks (mul_rows): rows of the group's fibers, where their P lie side by
             // side (a unit step) and the rows of indices and updates are contiguous, or one fiber;
@@ -2336,7 +2337,7 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
             };
             constexpr std::false_type forward, keep;
             constexpr std::true_type backward, combine;
-            if (!grouped) {
+            if constexpr (decltype(in_dd)::value) {
                 // The other order, so that dD's elements hold one product at a time: S from
                 // conj(G) * D walking back (dU = S), then P from ones walking forward (dU =
                 // conj(P * S)); P becomes dD where it lies.
@@ -2362,13 +2363,13 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
             }
             for (int64_t k0 = 0; k0 < count; k0 += per) {
                 const int64_t c = std::min(per, count - k0);
-                group(k0, c, scratch, c, std::integral_constant<int64_t, 1>{});
+                group(k0, c, scratch, c, std::integral_constant<int64_t, 1>{}, std::false_type{});
             }
         } else {
             // The whole block in dD itself (C-contiguous).
             T* const s0 = reinterpret_cast<T*>(gd + off0);
-            if (in[0] == N || count == 1) group(0, count, s0, dstr / N, std::integral_constant<int64_t, 1>{});
-            else group(0, count, s0, dstr / N, in[0] / N);
+            if (in[0] == N || count == 1) group(0, count, s0, dstr / N, std::integral_constant<int64_t, 1>{}, std::true_type{});
+            else group(0, count, s0, dstr / N, in[0] / N, std::true_type{});
         }
         if (stream) stream_fence();
         if (local_bad) bad.store(true, std::memory_order_relaxed);
