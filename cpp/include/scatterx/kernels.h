@@ -2080,22 +2080,21 @@ template <class T, class I, bool Reverse, bool Combine>
 inline void mul_rows(const char* ip0, int64_t istr, const char* up0, char* dp0, int64_t ustr, int64_t na, int64_t c,
                      int64_t size, T* ps, int64_t sa, bool far, bool& bad) {
     constexpr int64_t N = sizeof(T);
-    constexpr bool Backward = Reverse;
     // One fiber (c == 1) is one strided stream each, left to the hardware prefetcher.
     const int64_t ahead = c > 1 ? std::max<int64_t>(1, kRowStreamAhead / c) : 0;
     const int64_t targets_ahead = far ? rows_ahead(c, kMulTargetsAhead) : 0;
     for (int64_t s = 0; s < na; ++s) {
-        const int64_t j = Backward ? na - 1 - s : s;
+        const int64_t j = Reverse ? na - 1 - s : s;
         const I* ip = reinterpret_cast<const I*>(ip0 + j * istr);
         const T* up = reinterpret_cast<const T*>(up0 + j * ustr);
         T* dp = reinterpret_cast<T*>(dp0 + j * ustr);
-        const int64_t later = Backward ? j - ahead : j + ahead;
+        const int64_t later = Reverse ? j - ahead : j + ahead;
         if (ahead && later >= 0 && later < na) {
             prefetch_lines(ip0 + later * istr, c * int64_t(sizeof(I)));
             prefetch_lines(up0 + later * ustr, c * N);
             prefetch_lines(dp0 + later * ustr, c * N);
         }
-        const int64_t target_row = Backward ? j - targets_ahead : j + targets_ahead;
+        const int64_t target_row = Reverse ? j - targets_ahead : j + targets_ahead;
         const I* later_row = targets_ahead && target_row >= 0 && target_row < na
                                  ? reinterpret_cast<const I*>(ip0 + target_row * istr)
                                  : nullptr;
