@@ -309,7 +309,18 @@ def test_touches_are_the_targets_in_visiting_order():
         np.testing.assert_array_equal(first.positions, second.positions)
         cols = np.arange(x.indices.shape[1])[None, :]
         np.testing.assert_array_equal(first.positions, ((x.indices * x.data.shape[1] + cols) * 4).reshape(-1))
-    assert [len(touches(*case(n)).passes) for n in ("vjp_none", "vjp_add", "vjp_mul", "max0")] == [1, 1, 1, 1]
+    assert [len(touches(*case(n)).passes) for n in ("vjp_none", "vjp_add", "max0")] == [1, 1, 1]
+    assert touches(*case("vjp_max")).block == case("vjp_max")[1].indices.size  # axis 0: one block
+    # The backward of mul: its prefix products, then its suffix products (SPEC section 5), each
+    # pass reading and writing a running product at the targets, the updates read beside the
+    # first and the update gradients written beside the second; both over a slab (one
+    # coordinate before the middle axis) before the next.
+    c, x = case("vjp_mul")
+    t = touches(c, x)
+    first, second = t.passes
+    assert (first.write, first.stream_written, second.write, second.stream_written) == (True, False, True, True)
+    assert second.positions is first.positions and first.stream_bytes == second.stream_bytes == x.updates.nbytes
+    assert t.block == x.indices.shape[1] * x.indices.shape[2] and x.indices.size == x.indices.shape[0] * t.block
     # The positions are as wide as the index they stand for (a kernel reads int32 as it is).
     for name in ("max0", "mp_add", "hist_add"):
         c, x = case(name)
@@ -394,6 +405,9 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
                 if split in ("ranges", "reader"):
                     assert extra == whole.size // 64
             assert _core.touch(table, positions, span, True, ahead, np.zeros(10, np.uint8), split) == want
+            # Two passes: every line touched once by each (block by block with ranges).
+            for block, (w1, w2) in itertools.product((0, 1, 4096, 33_333, 10**9), ((False, False), (True, True))):
+                assert _core.touch(table, positions, span, w1, ahead, None, split, False, w2, False, block) == 2 * want
             if split == "ranges":
                 # A stream the kernel writes is written whole (reads nothing from it), each line
                 # by one thread, into a stream of any length and alignment.
@@ -402,6 +416,17 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
                         written[:] = 1
                         assert _core.touch(table, positions, span, write, ahead, written, "ranges", True) == want
                         assert not written.any()
+                        # Read by the first of two passes, written whole by the second. A line
+                        # where two parts meet (of the threads' shares, cut into blocks) may be
+                        # read by both, or by the later after the earlier's second pass wrote it.
+                        lines = -(-written.size // 64)
+                        for block in (0, 4096):
+                            cuts = (positions.size // block if block else 0) + 2 * threads
+                            written[:] = 1
+                            extra = _core.touch(table, positions, span, write, ahead, written, "ranges", False,
+                                                write, True, block) - 2 * want
+                            assert lines - cuts <= extra <= lines + cuts
+                            assert not written.any()
     finally:
         sx.set_num_threads(previous)
     np.testing.assert_array_equal(table, before)
@@ -413,6 +438,8 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
             _core.touch(table, wrong, span, False, 8, None)
     with pytest.raises(ValueError, match="split must be ranges, reader, targets or lines"):
         _core.touch(table, positions, span, False, 8, None, "columns")
+    with pytest.raises(ValueError, match="block must be at least 0"):
+        _core.touch(table, positions, span, False, 8, None, "ranges", False, False, False, -1)
 
 
 def test_the_probe_shares_ordered_targets_only_in_the_ways_a_kernel_may(monkeypatch):
@@ -462,10 +489,17 @@ def test_the_probe_of_the_backward_of_max_times_both_passes_in_each_call(monkeyp
 
     calls = []
 
-    def touch(table, positions, span, write, ahead, stream, split, stream_written):
-        calls.append((write, stream_written, positions.size))
-        time.sleep((2 if stream_written else 1) / 1e3)  # the second pass takes longer
+    def touch(table, positions, span, write, ahead, stream, split, stream_written, then_write=None,
+              then_stream_written=False, block=0):
+        passes = [(write, stream_written, positions.size)]
+        if then_write is not None:
+            passes.append((then_write, then_stream_written, positions.size))
+        calls.extend(passes)
+        calls_blocks.append(block)
+        time.sleep(sum(2 if written else 1 for _, written, _ in passes) / 1e3)  # a written stream takes longer
         return 0
+
+    calls_blocks = []
 
     monkeypatch.setattr(_core, "touch", touch)
     one = _bench.Settings(quick=True, threads=1, repeat=5, min_time=0.001)
@@ -476,11 +510,22 @@ def test_the_probe_of_the_backward_of_max_times_both_passes_in_each_call(monkeyp
     # gradients written), over every target; the floor is both together.
     assert calls[:2] == [(False, False, x.indices.size), (False, True, x.indices.size)]
     assert calls == calls[:2] * (len(calls) // 2)
-    assert 3 <= floor.ms < 5
+    assert set(calls_blocks) == {x.indices.size} and 3 <= floor.ms < 5
     calls.clear()
+    calls_blocks.clear()
+    # The backward of mul: both passes read and write (the prefix, then the suffix products),
+    # block by block (a slab of its middle axis).
     c = next(c for c in CASES if c.name == "vjp_mul")
+    x = build_inputs(c, quick=True)
+    floor = _bench.probe_floor(touches(c, x), one)
+    assert calls[:2] == [(True, False, x.indices.size), (True, True, x.indices.size)]
+    assert calls == calls[:2] * (len(calls) // 2)
+    assert set(calls_blocks) == {x.indices.shape[1] * x.indices.shape[2]} and 3 <= floor.ms < 5
+    calls.clear()
+    calls_blocks.clear()
+    c = next(c for c in CASES if c.name == "vjp_add")
     floor = _bench.probe_floor(touches(c, build_inputs(c, quick=True)), one)
-    assert {call[:2] for call in calls} == {(True, True)} and 2 <= floor.ms < 4
+    assert {call[:2] for call in calls} == {(False, True)} and set(calls_blocks) == {0} and 2 <= floor.ms < 4
 
 
 def test_the_streaming_target_counts_only_reachable_cases():

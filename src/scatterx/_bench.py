@@ -377,8 +377,8 @@ def probe_floor(t: Touches | None, settings: Settings) -> ProbeFloor:
     in each of the ways a kernel may share them (`Touches.splits`: contiguous ranges of the
     positions, except for fibers of float adds or products, which must keep their order), each
     prefetched at each of `_PROBE_AHEAD`: the fastest of these. A case whose kernel must pass
-    over its targets twice (`Touches.passes`: the backward of max and min) has both passes in
-    each call, one after the other. The streaming bound counts every
+    over its targets twice (`Touches.passes`: the backward of max, min and mul) has both passes
+    in each call, block by block (`Touches.block`). The streaming bound counts every
     byte once; a random access moves a whole line, fetched again (and, when written, stored
     again) each time if the table exceeds the cache.
     This is a measurement, not a proof: an algorithm that brings a dense region in whole, or
@@ -395,11 +395,18 @@ def probe_floor(t: Touches | None, settings: Settings) -> ProbeFloor:
     # Ones: pages of their own (the pages of np.zeros may all map the one zero page).
     stream = np.ones(t.stream_bytes, np.uint8)
 
+    second = t.then
+    if second is not None and (second.then is not None or second.positions is not t.positions):
+        raise ValueError("the probe takes at most two passes, over the same positions")
+
     def probe(way: ProbeWay):
         def run():
             sx.set_num_threads(way.threads)
-            for p in t.passes:
-                _core.touch(table, p.positions, p.span, p.write, way.ahead, stream, way.split, p.stream_written)
+            if second is None:
+                _core.touch(table, t.positions, t.span, t.write, way.ahead, stream, way.split, t.stream_written)
+            else:
+                _core.touch(table, t.positions, t.span, t.write, way.ahead, stream, way.split, t.stream_written,
+                            second.write, second.stream_written, t.block)
         return run
 
     shares = [(1, "ranges")] + ([(settings.threads, split) for split in t.splits] if settings.threads > 1 else [])

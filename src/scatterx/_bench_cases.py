@@ -280,8 +280,12 @@ class Touches:
     splits: tuple[str, ...] = ("ranges",)
     stream_written: bool = False
     # A second pass over the same targets that must follow this one (`passes`): the backward
-    # of max and min, which cannot hand out a target's share before it has counted every tie.
+    # of max and min, which cannot hand out a target's share before it has counted every tie,
+    # and of mul, whose suffix products follow its prefix products (SPEC section 5).
     then: Touches | None = None
+    # With `then`: the positions of one coordinate before the axis (a slab of a middle axis), over
+    # which both passes go before the next block's (0: all the positions, one block).
+    block: int = 0
 
     @property
     def passes(self) -> list[Touches]:
@@ -314,12 +318,19 @@ def _splits(case: Case, data: np.ndarray, indices: np.ndarray, span: int) -> tup
 def touches(case: Case, inputs: Inputs) -> Touches | None:
     """The target accesses of `case`: of a scatter (written) or a gather (read), or of the
     passes over random targets that each backward needs at least: one for "add" (the gradient
-    read at the targets), "none", "mul" and the backward of a gather (written, and so read and
-    written back); two for "max" and "min", each reading the targets (`Touches.then`). An
-    update's share there is the target's gradient over the number of ties at the target, so no
-    share is known before every update of the target has been compared with the result there:
-    a first pass reads the result at the targets beside the updates, a second reads each
-    target's share beside the update gradients it writes. None for the latency case.
+    read at the targets), "none" and the backward of a gather (written, and so read and written
+    back); two for "max" and "min", each reading the targets (`Touches.then`). An update's share
+    there is the target's gradient over the number of ties at the target, so no share is known
+    before every update of the target has been compared with the result there: a first pass
+    reads the result at the targets beside the updates, a second reads each target's share
+    beside the update gradients it writes. Two for "mul" as well, each reading and writing a
+    running product at the targets: SPEC section 5 computes its update gradients without
+    division, from prefix and suffix products, so a first pass carries the product of the
+    updates before each one beside the updates, and a second the product of those after it
+    beside the update gradients it writes (until stop 52 one pass, which left the suffix out).
+    Both passes go over the positions of one coordinate before the axis (`Touches.block`: a
+    slab of a middle axis, where a kernel keeps them in its cache between the passes) before
+    the next. None for the latency case.
 
     An expanded index visits one whole row per leading index; any other index one element per
     index, at the flat position of its target in C order. A materialised expanded index visits
@@ -335,7 +346,7 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
     item = data.dtype.itemsize
     size = data.shape[axis]
     if case.op == "scatter_vjp":
-        write = case.reduction != "add"  # max and min: two passes that read (below)
+        write = case.reduction != "add"  # max, min and mul: two passes (below)
     else:
         write = case.op != "gather"
     stream = indices.size * item
@@ -355,9 +366,13 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
     flat = np.ravel_multi_index(np.broadcast_arrays(*coords), data.shape).reshape(-1)
     positions = _as_wide_as(flat * item, indices, data.nbytes)  # flat is intp: no int32 overflow
     splits = _splits(case, data, indices, item)
-    if case.op == "scatter_vjp" and case.reduction in ("max", "min"):
-        shares = Touches(data.nbytes, positions, item, False, stream, splits, True)
-        return Touches(data.nbytes, positions, item, False, stream, splits, False, then=shares)
+    if case.op == "scatter_vjp" and case.reduction in ("max", "min", "mul"):
+        # Max and min read the targets, mul reads and writes its running products there; both
+        # passes over one coordinate before the axis, a block, before the next block's.
+        carried = case.reduction == "mul"
+        block = math.prod(indices.shape[axis:])
+        second = Touches(data.nbytes, positions, item, carried, stream, splits, True)
+        return Touches(data.nbytes, positions, item, carried, stream, splits, False, then=second, block=block)
     return Touches(data.nbytes, positions, item, write, stream, splits, written)
 
 

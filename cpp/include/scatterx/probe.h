@@ -270,11 +270,32 @@ enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3 };
 // every thread walks every position. The stream is written (`stream_written`) only by ranges;
 // the other splits read it. The positions are read as the indices they stand for would be: for
 // an int32 index, int32 positions.
+//
+// With `then`, a second pass over the same positions follows the first (touching with
+// then->write, the stream written when then->stream_written): a backward whose updates need what
+// every other update of their target brought there (the ties of max and min, the prefix and
+// suffix products of mul). With ranges the two passes alternate by blocks of `block` positions
+// (0: all), each thread both passes over a block before the next: the positions of
+// one coordinate before the axis (a slab of a middle axis) are all a kernel needs for both, and
+// a second pass over all positions after the first would read them from memory again, where a
+// kernel reads them from its cache; each thread takes whole blocks, or, with fewer blocks than
+// threads, the passes go over ranges of all positions, the second after every thread's first
+// (the targets of a block may then lie in every range). The other splits (ordered fibers, one
+// pass) take the passes whole, one after the other.
+struct TouchPass {
+    bool write;
+    bool stream_written;
+};
 template <class P>
 uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n, int64_t span, bool write,
                      int64_t ahead, const char* stream = nullptr, int64_t stream_bytes = 0,
-                     TouchSplit split = TouchSplit::ranges, bool stream_written = false) {
+                     TouchSplit split = TouchSplit::ranges, bool stream_written = false,
+                     const TouchPass* then = nullptr, int64_t block = 0) {
     if (n == 0 || nbytes < span || span <= 0) return 0;
+    if (then && split != TouchSplit::ranges)
+        return touch_lines(table, nbytes, positions, n, span, write, ahead, stream, stream_bytes, split, stream_written) +
+               touch_lines(table, nbytes, positions, n, span, then->write, ahead, stream, stream_bytes, split,
+                           then->stream_written);
     if (!stream) stream_bytes = 0;
     // One contiguous range per thread (measured: 64 smaller ranges dealt out in turn took 50 ms
     // where two halves took 43; two threads each touching the positions of its own half of the
@@ -284,11 +305,15 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
     const TouchRange<P> walk{table, uint64_t(nbytes - span), positions, n, (span + 63) / 64,
                              std::max<int64_t>(1, ahead), stream, stream_bytes, span - 1,
                              stream_written && stream_bytes > 0 && ranges};
+    TouchRange<P> again = walk;
+    if (then) again.stream_written = then->stream_written && stream_bytes > 0;
+    auto one_pass = [&](const TouchRange<P>& wk, bool wr, int64_t lo, int64_t hi, std::atomic<int64_t>* progress) {
+        if (wk.lines == 1)
+            return wr ? wk.template run<true, true>(lo, hi, progress) : wk.template run<false, true>(lo, hi, progress);
+        return wr ? wk.template run<true, false>(lo, hi, progress) : wk.template run<false, false>(lo, hi, progress);
+    };
     auto walk_range = [&](int64_t lo, int64_t hi, std::atomic<int64_t>* progress) {
-        if (walk.lines == 1)
-            return write ? walk.template run<true, true>(lo, hi, progress) : walk.template run<false, true>(lo, hi, progress);
-        return write ? walk.template run<true, false>(lo, hi, progress)
-                     : walk.template run<false, false>(lo, hi, progress);
+        return one_pass(walk, write, lo, hi, progress);
     };
     std::atomic<uint64_t> total{0};
     if (!ranges && parts < 2) return walk_range(0, n, nullptr);
@@ -321,13 +346,41 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
         });
         return total.load();
     }
-    ThreadPool::instance().run(parts, [&](int w, int nw) {
+    // Each part's sum from part(p), the parts dealt out to the threads.
+    auto run_parts = [&](auto&& part) {
+        ThreadPool::instance().run(parts, [&](int w, int nw) {
+            uint64_t sum = 0;
+            for (int p = w; p < parts; p += nw) sum += part(p);
+            total.fetch_add(sum, std::memory_order_relaxed);
+        });
+    };
+    auto range_pass = [&](const TouchRange<P>& wk, bool wr) {
+        run_parts([&](int p) {
+            auto [lo, hi] = split_range(n, p, parts);
+            return one_pass(wk, wr, lo, hi, nullptr);
+        });
+    };
+    if (!then) {
+        range_pass(walk, write);
+        return total.load();
+    }
+    const int64_t step = block > 0 ? std::min(block, n) : n, blocks = (n + step - 1) / step;
+    if (blocks < parts) {
+        // Fewer blocks than threads (one, for an outermost axis): a target's positions may lie
+        // in every thread's range, so the second pass starts once every thread's first is done.
+        range_pass(walk, write);
+        range_pass(again, then->write);
+        return total.load();
+    }
+    // Whole blocks to each thread, both passes over a block before the next.
+    run_parts([&](int p) {
+        auto [b0, b1] = split_range(blocks, p, parts);
         uint64_t sum = 0;
-        for (int part = w; part < parts; part += nw) {
-            auto [lo, hi] = split_range(n, part, parts);
-            sum += walk_range(lo, hi, nullptr);
+        for (int64_t b = b0; b < b1; ++b) {
+            const int64_t lo = b * step, hi = std::min(n, lo + step);
+            sum += one_pass(walk, write, lo, hi, nullptr) + one_pass(again, then->write, lo, hi, nullptr);
         }
-        total.fetch_add(sum, std::memory_order_relaxed);
+        return sum;
     });
     return total.load();
 }
