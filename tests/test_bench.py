@@ -484,7 +484,7 @@ def test_the_probe_shares_ordered_targets_only_in_the_ways_a_kernel_may(monkeypa
     assert _bench.probe_floor(None, two) == _bench.ProbeFloor()  # the latency cases
 
 
-def test_the_probe_of_the_backward_of_max_times_both_passes_in_each_call(monkeypatch):
+def test_the_probe_of_a_two_pass_backward_times_both_passes_in_each_call(monkeypatch):
     from scatterx import _core
 
     calls = []
