@@ -346,7 +346,7 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
     item = data.dtype.itemsize
     size = data.shape[axis]
     if case.op == "scatter_vjp":
-        write = case.reduction != "add"  # max, min and mul: two passes (below)
+        write = case.reduction != "add"  # "none" writes its targets, "add" reads them; max, min, mul: below
     else:
         write = case.op != "gather"
     stream = indices.size * item

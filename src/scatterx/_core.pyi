@@ -27,7 +27,8 @@ def gather_fast(data: object, indices: object, axis: object) -> np.ndarray | Non
 def set_bfloat16_type(type_num: int) -> None: ...
 def touch(
     table: np.ndarray, positions: np.ndarray, span: int, write: bool, ahead: int, stream: np.ndarray | None = None,
-    split: str = "ranges", stream_written: bool = False,
+    split: str = "ranges", stream_written: bool = False, then_write: bool | None = None,
+    then_stream_written: bool = False, block: int = 0,
 ) -> int: ...
 def ordered_adds(table: np.ndarray, positions: np.ndarray, values: np.ndarray, count: int) -> None: ...
 def take_last_writer(
