@@ -349,11 +349,19 @@ def test_touches_are_the_targets_in_visiting_order():
     # product's fibers come whole in each half of its positions (the halves meet between slabs).
     ordered = {c.name for c in CASES if c.has_bound and touches(*case(c.name)).ordered}
     assert ordered == {"hist_add", "hist_add_i32", "mp_add", "mp_add_f16", "mp_add_bf16", "mp_add_i32", "mp_add_dense"}
-    # The materialised expanded index visits the same whole rows (scatterx applies them whole).
+    # The materialised expanded index visits the same whole rows (scatterx applies them whole),
+    # and a scatter reads all of it beside the updates: no kernel knows a row holds one value
+    # before it has read the row. A gather's stream is its result, which leaves the index out.
     dense, expanded = touches(*case("mp_add_dense")), touches(*case("mp_add"))
     np.testing.assert_array_equal(dense.positions, expanded.positions)
-    assert (dense.span, dense.stream_bytes, dense.splits) == (expanded.span, expanded.stream_bytes, expanded.splits)
-    assert case("mp_add_dense")[1].index_rows is None and case("mp_add_dense")[1].indices.flags.c_contiguous
+    assert (dense.span, dense.splits) == (expanded.span, expanded.splits)
+    dense_inputs = case("mp_add_dense")[1]
+    assert dense_inputs.index_rows is None and dense_inputs.indices.flags.c_contiguous
+    assert dense.stream_bytes == expanded.stream_bytes + dense_inputs.indices.nbytes
+    assert expanded.stream_bytes == dense_inputs.updates.nbytes
+    assert not dense.stream_written
+    dense, expanded = touches(*case("gather_mp_dense")), touches(*case("gather_mp"))
+    assert dense.stream_bytes == expanded.stream_bytes == case("gather_mp")[1].indices.size * 4
     assert touches(*case("hist_add")).splits == ("reader", "targets")  # one line per access
     assert touches(*case("mp_add")).splits == ("reader", "targets", "lines")  # a row: its fibers
     c, x = case("mid_mul")
@@ -482,6 +490,30 @@ def test_the_probe_shares_ordered_targets_only_in_the_ways_a_kernel_may(monkeypa
     assert alone.way.describe() == f"1 thread, ranges, {alone.way.ahead} ahead"
     assert {(n, split) for n, split, _ in calls} == {(1, "ranges")}
     assert _bench.probe_floor(None, two) == _bench.ProbeFloor()  # the latency cases
+
+
+def test_the_probe_touches_a_table_and_a_stream_of_pages_of_their_own(monkeypatch):
+    # Pages never written are read from the kernel's one zero page: a probe that only reads
+    # its table (a gather's) would read the same page over and over. Bytes that are not zero
+    # lie in pages of their own.
+    from scatterx import _core
+
+    seen = []
+
+    def touch(table, positions, span, write, ahead, stream, split, stream_written, *second):
+        seen.append((table.nbytes, int(table.min()), stream.nbytes, int(stream.min()) if stream.size else 1))
+        return 0
+
+    monkeypatch.setattr(_core, "touch", touch)
+    one = _bench.Settings(quick=True, threads=1, repeat=5, min_time=0.001)
+    for name in ("gather_max0", "max0", "vjp_max"):
+        seen.clear()
+        c = next(c for c in CASES if c.name == name)
+        x = build_inputs(c, quick=True)
+        t = touches(c, x)
+        _bench.probe_floor(t, one)
+        assert seen and set(seen) == {(t.table_bytes, 1, t.stream_bytes, 1)}, name
+        assert t.table_bytes == x.data.nbytes
 
 
 def test_the_probe_of_a_two_pass_backward_times_both_passes_in_each_call(monkeypatch):

@@ -261,7 +261,9 @@ class Touches:
     read-modify-write when `write` is set. `stream_bytes` are the values that move in sequence
     beside them, one per index: the updates a scatter reads, the elements a gather writes, the
     update gradients the backward of a scatter writes, the incoming gradient the backward of a
-    gather reads (the positions, read in sequence too, stand for the indices); `stream_written`
+    gather reads (the positions, read in sequence too, stand for the indices, except where they
+    stand for the first column of a materialised expanded index: a scatter's stream then holds
+    the whole index as well, see `touches`); `stream_written`
     says the kernel writes it (a gather's result, a scatter's update gradients). `splits` are the
     ways threads may share the accesses (``_core.touch``; probe.h, TouchSplit): by contiguous
     ranges of positions, unless the targets are fibers whose floating-point adds or products
@@ -334,11 +336,16 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
 
     An expanded index visits one whole row per leading index; any other index one element per
     index, at the flat position of its target in C order. A materialised expanded index visits
-    rows too (scatterx applies them whole once it has checked them): its positions stand for its
-    first column only, so the probe leaves out reading the rest of the index, and its floor is
-    lower than that of any kernel that must read it all (stop 29: with the rest of the index
-    added to the stream it reads, the probe of `mp_add_dense` took 48.4 ms where scatterx took
-    38.9, no longer a floor).
+    rows too (scatterx applies them whole once it has checked them), and its positions stand for
+    its first column only. Every other index of it must be read as well: no kernel knows that a
+    row holds one value before it has read the row. So a scatter's probe reads the whole index
+    in its stream, beside the updates: a share of index row and update row per position (since
+    stop 53; until then it left the rest of the index out, and its floor was lower than any
+    kernel's: `mp_add_dense`'s floor stood for 102 MB of the 307 MB that such a kernel must
+    read). Stop 29 had measured that probe slower than scatterx (48.4 ms against 38.9); in stop
+    53, one process, four rounds, 20.3-22.3 ms against scatterx's 18.4-25.7, scatterx the faster
+    in 3 of 4 (the first column alone: 8.5-10.2 ms). A gather's stream is the result it writes,
+    so its probe still leaves the index out, and its floor stays below any kernel's.
     """
     if not case.has_bound:
         return None
@@ -360,6 +367,8 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
         row_bytes = item * math.prod(data.shape[1:])
         span = item * math.prod(indices.shape[1:])
         positions = _as_wide_as(rows * row_bytes, first_column, data.nbytes)
+        if inputs.index_rows is None and not written:
+            stream += indices.nbytes  # a materialised index, read whole (see above)
         return Touches(data.nbytes, positions, span, write, stream, _splits(case, data, indices, span), written)
     coords = list(np.indices(indices.shape, sparse=True))
     coords[axis] = np.where(indices < 0, indices + size, indices)
