@@ -392,11 +392,11 @@ def probe_floor(t: Touches | None, settings: Settings) -> ProbeFloor:
     if t is None:
         return ProbeFloor()
     # Ones, in the table as in the stream: pages of their own. Untouched pages of np.zeros are
-    # mapped, when only read, to the kernel's one zero page (a huge one, 2 MB, under numpy's
+    # mapped, when only read, to the kernel's one zero page (or its 2 MB form, under
     # transparent huge pages), so a probe that reads its table and never writes it (a gather's,
-    # the backward of add, max and min) read the same 2 MB over and over, most of it from the
-    # cache (stop 53: gather_max0's 12.8 MB table of zeros left the process's resident memory
-    # 0.1 MB larger after the probe had read every line of it; until then its table was zeros).
+    # the backward of add, max and min) read the same page over and over (stop 53:
+    # gather_max0's 12.8 MB table of zeros left the process's resident memory 0.1 MB larger
+    # after the probe had read every line of it; until then its table was zeros).
     table = np.ones(t.table_bytes, np.uint8)
     stream = np.ones(t.stream_bytes, np.uint8)
 
