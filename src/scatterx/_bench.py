@@ -403,15 +403,13 @@ def probe_floor(t: Touches | None, settings: Settings) -> ProbeFloor:
     second = t.then
     if second is not None and (second.then is not None or second.positions is not t.positions):
         raise ValueError("the probe takes at most two passes, over the same positions")
+    # The second pass, when there is one, goes in the same call (block by block).
+    then = () if second is None else (second.write, second.stream_written, t.block)
 
     def probe(way: ProbeWay):
         def run():
             sx.set_num_threads(way.threads)
-            if second is None:
-                _core.touch(table, t.positions, t.span, t.write, way.ahead, stream, way.split, t.stream_written)
-            else:
-                _core.touch(table, t.positions, t.span, t.write, way.ahead, stream, way.split, t.stream_written,
-                            second.write, second.stream_written, t.block)
+            _core.touch(table, t.positions, t.span, t.write, way.ahead, stream, way.split, t.stream_written, *then)
         return run
 
     shares = [(1, "ranges")] + ([(settings.threads, split) for split in t.splits] if settings.threads > 1 else [])
