@@ -209,6 +209,54 @@ def test_the_bound_of_a_case_comes_from_the_copy_timed_beside_it():
     assert fixed.bandwidth == 1e9 and fixed.bound_ms == pytest.approx(1e3 * fixed.moved_bytes / 1e9)
 
 
+def test_the_floor_and_the_loop_are_sampled_in_turn_with_scatterx(monkeypatch):
+    # The yardsticks of a case's bound come from the same moments as scatterx's samples: each
+    # of scatterx's samples is followed by one of each probe way and of the ordered loop, in
+    # every window, and the floor is the fastest way's median.
+    from scatterx import _core
+
+    calls = []
+    sleep_ms = {8: 3, 32: 2, 128: 4, "loop": 1}
+
+    def touch(table, positions, span, write, ahead, stream, split, stream_written, *then):
+        calls.append(ahead)
+        time.sleep(sleep_ms[ahead] / 1e3)
+        return 0
+
+    def ordered_adds(table, positions, values, count):
+        calls.append("loop")
+        time.sleep(sleep_ms["loop"] / 1e3)
+
+    def prepare(case, inputs, threads):
+        base = SCATTERX.prepare(case, inputs, threads)
+
+        def run():
+            calls.append("scatterx")
+            time.sleep(0.002)  # one call makes a sample of min_time
+            return base.run()
+
+        return Prepared(run, base.to_numpy)
+
+    monkeypatch.setattr(_core, "touch", touch)
+    monkeypatch.setattr(_core, "ordered_adds", ordered_adds)
+    case = next(c for c in CASES if c.name == "hist_add")
+    settings = _bench.Settings(quick=True, threads=1, repeat=5, min_time=0.001, rounds=3)
+    result = _bench.run_case(case, [Impl("scatterx", prepare)], settings, bandwidth=1e9)
+    turn = ["scatterx", 8, 32, 128, "loop"]
+    # The check; the first window settles the yardsticks' calls per sample (scatterx's check
+    # did that for it) and takes 2 samples; each later window an untimed call of each, then 2
+    # and 1 samples.
+    assert calls == ["scatterx"] + turn[1:] + turn * 2 + turn * 3 + turn * 2
+    assert result.floor_way == "1 thread, ranges, 32 ahead" and 2 <= result.floor_ms < 3
+    assert result.shared_floor_ms is None and 1 <= result.loop_ms < 2
+    # Without scatterx (here: it fails), the yardsticks are timed alone.
+    calls.clear()
+    broken = Impl("scatterx", lambda case, inputs, threads: Prepared(lambda: 1 / 0, lambda r: (r,)))
+    alone = _bench.run_case(case, [broken], settings, bandwidth=1e9)
+    assert alone.impls["scatterx"].status == "error" and "scatterx" not in calls
+    assert alone.floor_way == "1 thread, ranges, 32 ahead" and 1 <= alone.loop_ms < 2
+
+
 def test_the_cli_exits_nonzero_on_a_mismatch(monkeypatch, capsys):
     liar = _fake("liar", lambda r: r + 1)
     monkeypatch.setattr(_bench, "IMPLEMENTATIONS", (SCATTERX, liar))

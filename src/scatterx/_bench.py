@@ -10,9 +10,10 @@ drift touches every implementation alike (`run_case`). Between scatterx's sample
 bound of the case, the time to move the bytes the operation must read and write (see
 ``_bench_cases.moved_bytes``). It probes the random-access floor of every case: how fast the
 machine touches the case's own random targets, reading the values that move with them, and
-nothing else (`probe_floor`), and, for one fiber whose adds must keep their order, how fast one
-thread runs that loop of adds alone (`ordered_loop`). It also shows the peak memory of a
-scatterx call beyond its output, and the time that ``out=data`` saves. See docs/performance.md.
+nothing else (`probe_ways`), and, for one fiber whose adds must keep their order, how fast one
+thread runs that loop of adds alone (`ordered_loop_run`), both sampled between scatterx's samples
+as the copy is. It also shows the peak memory of a scatterx call beyond its output, and the
+time that ``out=data`` saves. See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -360,12 +362,10 @@ class ProbeFloor:
     shared_way: ProbeWay | None = None
 
 
-def probe_floor(t: Touches | None, settings: Settings) -> ProbeFloor:
-    """The least median time (ms) the machine takes to do a case's memory accesses `t` alone
-    (``_bench_cases.touches``; None, as for the latency cases, gives an empty `ProbeFloor`), and
-    the least of the ways in which several threads each take a share of the targets (None with
-    one thread), each with the way that gave it: ``CaseResult.floor_ms`` and
-    ``CaseResult.shared_floor_ms``, ``floor_way`` and ``shared_floor_way``.
+def probe_ways(t: Touches | None, settings: Settings) -> dict[ProbeWay, Callable[[], object]]:
+    """The probe's configurations (`ProbeWay`) for a case's memory accesses `t` alone
+    (``_bench_cases.touches``; none for None, the latency cases), each a callable that does
+    them once: `probe_floor` times them alone, `run_case` beside scatterx's samples.
 
     The same target positions in the same order, one byte per cache line, read or read and
     stored back, without index checks or arithmetic (``_core.touch``), while the values that
@@ -390,7 +390,7 @@ def probe_floor(t: Touches | None, settings: Settings) -> ProbeFloor:
     from . import _core
 
     if t is None:
-        return ProbeFloor()
+        return {}
     # Ones, in the table as in the stream: pages of their own. Untouched pages of np.zeros are
     # mapped, when only read, to the kernel's one zero page (or its 2 MB form, under
     # transparent huge pages), so a probe that reads its table and never writes it (a gather's,
@@ -407,22 +407,40 @@ def probe_floor(t: Touches | None, settings: Settings) -> ProbeFloor:
     then = () if second is None else (second.write, second.stream_written, t.block)
 
     def probe(way: ProbeWay):
+        # Its own thread count for the call, and scatterx's again after it: its samples come in
+        # turn with scatterx's (`run_case`).
         def run():
             sx.set_num_threads(way.threads)
-            _core.touch(table, t.positions, t.span, t.write, way.ahead, stream, way.split, t.stream_written, *then)
+            try:
+                _core.touch(table, t.positions, t.span, t.write, way.ahead, stream, way.split, t.stream_written, *then)
+            finally:
+                sx.set_num_threads(settings.threads)
         return run
 
     shares = [(1, "ranges")] + ([(settings.threads, split) for split in t.splits] if settings.threads > 1 else [])
-    ways = [ProbeWay(n, split, a) for n, split in shares for a in _PROBE_AHEAD]
-    try:
-        timings = time_calls({way: probe(way) for way in ways}, settings.min_time, settings.repeat)
-    finally:
-        sx.set_num_threads(settings.threads)
-    medians = {way: 1e3 * timing.median for way, timing in timings.items()}
+    return {way: probe(way) for way in (ProbeWay(n, split, a) for n, split in shares for a in _PROBE_AHEAD)}
+
+
+def floor_of(medians: dict[ProbeWay, float]) -> ProbeFloor:
+    """The least of the probe's median times (ms, by way), and the least of the ways in which
+    several threads each take a share of the targets (None with one thread), each with the way
+    that gave it: ``CaseResult.floor_ms`` and ``CaseResult.shared_floor_ms``, ``floor_way`` and
+    ``shared_floor_way``. An empty `ProbeFloor` for no medians."""
+    if not medians:
+        return ProbeFloor()
     way = min(medians, key=medians.__getitem__)
     shared = [w for w in medians if w.shared]
     shared_way = min(shared, key=medians.__getitem__) if shared else None
     return ProbeFloor(medians[way], way, medians[shared_way] if shared_way else None, shared_way)
+
+
+def probe_floor(t: Touches | None, settings: Settings) -> ProbeFloor:
+    """`floor_of` the probe's ways (`probe_ways`) for the accesses `t`, timed alone: one window
+    of `settings.repeat` samples each. A run times them beside scatterx's samples instead
+    (`run_case`)."""
+    ways = probe_ways(t, settings)
+    timings = time_calls(ways, settings.min_time, settings.repeat) if ways else {}
+    return floor_of({way: 1e3 * timing.median for way, timing in timings.items()})
 
 
 # Positions and values of an ordered fiber that `ordered_loop` applies over and over: 1024 of
@@ -431,8 +449,16 @@ _LOOP_STRETCH = 1024
 
 
 def ordered_loop(case: Case, inputs, t: Touches | None, settings: Settings) -> float | None:
-    """The median time (ms) one thread takes to apply the adds of an ordered fiber, memory aside
-    (`t`: the case's accesses, ``_bench_cases.touches``).
+    """The median time (ms) of `ordered_loop_run`, timed alone (one window of `settings.repeat`
+    samples); None where it gives no loop. A run times it beside scatterx's samples instead
+    (`run_case`)."""
+    run = ordered_loop_run(case, inputs, t)
+    return None if run is None else 1e3 * time_call(run, settings.min_time, settings.repeat).median
+
+
+def ordered_loop_run(case: Case, inputs, t: Touches | None) -> Callable[[], object] | None:
+    """A callable in which one thread applies the adds of an ordered fiber, memory aside (`t`:
+    the case's accesses, ``_bench_cases.touches``).
 
     SPEC section 2 orders the adds of each target of one fiber of float adds (`Touches.ordered`,
     one element per access: a 1-D histogram), so a kernel that keeps the fiber on one thread (as
@@ -458,8 +484,7 @@ def ordered_loop(case: Case, inputs, t: Touches | None, settings: Settings) -> f
     values = np.ascontiguousarray(inputs.updates.reshape(-1)[:_LOOP_STRETCH])
     table = inputs.data.reshape(-1).copy()
     count = t.positions.size
-    timing = time_call(lambda: _core.ordered_adds(table, positions, values, count), settings.min_time, settings.repeat)
-    return 1e3 * timing.median
+    return lambda: _core.ordered_adds(table, positions, values, count)
 
 
 def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier | None = None,
@@ -475,11 +500,25 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
     onnxruntime). With `settings.rounds` above one, the windows come in rounds: scatterx's,
     then each peer's, then scatterx's again, and so on, the samples dealt out to them by
     `window_sizes`, so that the machine's drift over the case's time touches every
-    implementation alike; a figure is the median of all its samples.
+    implementation alike; a figure is the median of all its samples. The yardsticks that tell
+    whether the bound is reachable, the probe's ways (`probe_ways`) and a fiber's ordered loop
+    (`ordered_loop_run`), are sampled in turn with scatterx's samples too, as the copy is, so
+    that scatterx and the floor it is held against come from the same moments (until stop 55
+    they were timed after every implementation's windows, alone: the labels that compare them,
+    `CaseResult.held_by` and `probe_beaten`, then compared two moments of the machine).
     """
     inputs = build_inputs(case, settings.quick)
     nbytes = moved_bytes(case, inputs)
     result = CaseResult(case.name, case.describe(settings.quick), nbytes, None, {})
+    # The yardsticks of the case's bound, sampled in turn with scatterx's samples: the probe's
+    # ways and the ordered loop (and the copy, when given).
+    accesses = touches(case, inputs)  # once: for a 1-D histogram, 80 MB of positions in 0.7 s
+    yardsticks: dict = dict(probe_ways(accesses, settings))
+    loop = ordered_loop_run(case, inputs, accesses)
+    if loop is not None:
+        yardsticks["loop"] = loop
+    del accesses, loop
+    yardstick_ms: dict = {}
     sizes = window_sizes(settings.repeat, settings.rounds)
     samplers: dict[str, Sampler] = {}  # by implementation, in the order of `impls`
     reference = None
@@ -513,8 +552,10 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
                 continue
         del arrays
         runs = {"impl": prepared.run}
-        if impl.name == "scatterx" and copier is not None and case.has_bound:
-            runs["copy"] = copier
+        if impl.name == "scatterx" and case.has_bound:
+            if copier is not None:
+                runs["copy"] = copier
+            runs.update(yardsticks)
         samplers[impl.name] = Sampler(runs, settings.min_time, {"impl": first_time})
         samplers[impl.name].window(sizes[0])
         result.impls[impl.name] = ImplResult("ok")  # its place in the row; figures below
@@ -530,6 +571,7 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
         timings = sampler.timings()
         if "copy" in timings:
             bandwidth = copier.moved / timings["copy"].median
+        yardstick_ms.update({k: 1e3 * timings[k].median for k in yardsticks if k in timings})
         timing = timings["impl"]
         entry = result.impls[name]
         entry.ms, entry.number = 1e3 * timing.median, timing.number
@@ -539,13 +581,16 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
     if case.has_bound and bandwidth:
         result.bandwidth = bandwidth
         result.bound_ms = 1e3 * nbytes / bandwidth
-    accesses = touches(case, inputs)  # once: for a 1-D histogram, 80 MB of positions in 0.7 s
-    floor = probe_floor(accesses, settings)
+    if yardsticks and not yardstick_ms:
+        # scatterx did not run: the yardsticks alone.
+        timings = time_calls(yardsticks, settings.min_time, settings.repeat)
+        yardstick_ms = {k: 1e3 * timing.median for k, timing in timings.items()}
+    del yardsticks
+    floor = floor_of({k: ms for k, ms in yardstick_ms.items() if isinstance(k, ProbeWay)})
     result.floor_ms, result.shared_floor_ms = floor.ms, floor.shared_ms
     result.floor_way = floor.way.describe() if floor.way else None
     result.shared_floor_way = floor.shared_way.describe() if floor.shared_way else None
-    result.loop_ms = ordered_loop(case, inputs, accesses, settings)
-    del accesses
+    result.loop_ms = yardstick_ms.get("loop")
     ours = result.impls.get("scatterx")
     if ours is not None and ours.status == "ok" and result.peer_best() is None:
         ours.note = "unchecked: no peer ran this case"
