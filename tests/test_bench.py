@@ -402,10 +402,12 @@ def test_touches_are_the_targets_in_visiting_order():
     # before it has read the row. A gather's stream is its result, which leaves the index out.
     dense, expanded = touches(*case("mp_add_dense")), touches(*case("mp_add"))
     np.testing.assert_array_equal(dense.positions, expanded.positions)
-    assert (dense.span, dense.splits) == (expanded.span, expanded.splits)
+    # That index may be read by ranges whatever way the rows are shared: the "checked" split.
+    assert (dense.span, dense.splits) == (expanded.span, expanded.splits + ("checked",))
     dense_inputs = case("mp_add_dense")[1]
     assert dense_inputs.index_rows is None and dense_inputs.indices.flags.c_contiguous
     assert dense.stream_bytes == expanded.stream_bytes + dense_inputs.indices.nbytes
+    assert (dense.checked_bytes, expanded.checked_bytes) == (dense_inputs.indices.nbytes, 0)
     assert expanded.stream_bytes == dense_inputs.updates.nbytes
     assert not dense.stream_written
     dense, expanded = touches(*case("gather_mp_dense")), touches(*case("gather_mp"))
@@ -492,10 +494,74 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
     for wrong in (positions.astype(np.float64), positions.astype(np.int16), positions[::2]):
         with pytest.raises(ValueError, match="positions"):
             _core.touch(table, wrong, span, False, 8, None)
-    with pytest.raises(ValueError, match="split must be ranges, reader, targets or lines"):
+    with pytest.raises(ValueError, match="split must be ranges, reader, targets, lines or checked"):
         _core.touch(table, positions, span, False, 8, None, "columns")
     with pytest.raises(ValueError, match="block must be at least 0"):
         _core.touch(table, positions, span, False, 8, None, "ranges", False, False, False, -1)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_checked_split_reads_the_streams_last_bytes_by_ranges(threads):
+    import scatterx as sx
+    from scatterx import _core
+
+    rng = np.random.default_rng(6)
+    table = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
+    span = 200
+    positions = rng.integers(0, table.size - span, 100_000)
+    lines = np.minimum(64 * np.arange((span + 63) // 64), span - 1)
+    want = int(table[(positions[:, None] + lines[None, :]).reshape(-1)].astype(np.int64).sum())
+    per_position, checked = 8 * positions.size, 64 * 12_345 + 5  # the checked part off line boundaries
+    previous = sx.get_num_threads()
+    sx.set_num_threads(threads)
+    try:
+        for ahead, write in itertools.product((0, 8, 1000), (False, True)):
+            # All of the stream the checked part: each of its lines read once, by one thread's range
+            # (the ranges meet on line boundaries), whatever the number of threads.
+            only = np.ones(checked, np.uint8)
+            assert _core.touch(table, positions, span, write, ahead, only, "checked", checked=checked) - want == (
+                -(-checked // 64))
+            # Beside a share per position, read by the thread whose targets it goes with (a line
+            # where two threads' shares meet may be read by both); one thread reads it all as one.
+            both = np.ones(per_position + checked, np.uint8)
+            extra = _core.touch(table, positions, span, write, ahead, both, "checked", checked=checked) - want
+            if threads == 1:
+                assert extra == -(-both.size // 64)
+            else:
+                assert per_position // 64 + -(-checked // 64) <= extra <= 2 * (per_position // 64) + -(-checked // 64)
+            # A checked part of one line: read once.
+            assert _core.touch(table, positions, span, write, ahead, only[:64], "checked", checked=64) - want == 1
+        for wrong in (0, checked + 1, -1):
+            with pytest.raises(ValueError, match="checked must be between 1 and the stream's length"):
+                _core.touch(table, positions, span, False, 8, np.ones(checked, np.uint8), "checked", checked=wrong)
+        with pytest.raises(ValueError, match="and 0 for the others"):
+            _core.touch(table, positions, span, False, 8, np.ones(checked, np.uint8), "targets", checked=64)
+        with pytest.raises(ValueError, match="checked must be"):
+            _core.touch(table, positions, span, False, 8, None, "checked", checked=64)
+    finally:
+        sx.set_num_threads(previous)
+
+
+def test_the_probe_of_a_materialised_index_reads_it_by_ranges_in_the_checked_way(monkeypatch):
+    import scatterx as sx
+    from scatterx import _core
+
+    calls = []
+
+    def touch(table, positions, span, write, ahead, stream, split, stream_written, checked=0):
+        calls.append((sx.get_num_threads(), split, checked, stream.nbytes))
+        return 0
+
+    monkeypatch.setattr(_core, "touch", touch)
+    two = _bench.Settings(quick=True, threads=2, repeat=5, min_time=0.001)
+    c = next(c for c in CASES if c.name == "mp_add_dense")
+    x = build_inputs(c, quick=True)
+    t = touches(c, x)
+    _bench.probe_floor(t, two)
+    assert {call[:3] for call in calls} == {
+        (1, "ranges", 0), (2, "reader", 0), (2, "targets", 0), (2, "lines", 0), (2, "checked", x.indices.nbytes)}
+    assert {call[3] for call in calls} == {x.updates.nbytes + x.indices.nbytes}
+    assert sx.get_num_threads() == 2
 
 
 def test_the_probe_shares_ordered_targets_only_in_the_ways_a_kernel_may(monkeypatch):

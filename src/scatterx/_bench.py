@@ -407,12 +407,16 @@ def probe_ways(t: Touches | None, settings: Settings) -> dict[ProbeWay, Callable
     then = () if second is None else (second.write, second.stream_written, t.block)
 
     def probe(way: ProbeWay):
+        # The checked part of the stream, for the split that reads it by ranges.
+        extra = {"checked": t.checked_bytes} if way.split == "checked" else {}
+
         # Its own thread count for the call, and scatterx's again after it: its samples come in
         # turn with scatterx's (`run_case`).
         def run():
             sx.set_num_threads(way.threads)
             try:
-                _core.touch(table, t.positions, t.span, t.write, way.ahead, stream, way.split, t.stream_written, *then)
+                _core.touch(table, t.positions, t.span, t.write, way.ahead, stream, way.split, t.stream_written,
+                            *then, **extra)
             finally:
                 sx.set_num_threads(settings.threads)
         return run

@@ -271,7 +271,8 @@ class Touches:
     fiber, a 1-D histogram; the column fibers of the message-passing rows). Those leave a kernel
     one thread walking them all with a second reading ahead ("reader"), a split of the table
     ("targets"), and, where an access spans several lines (the fibers of a row), a split of its
-    lines ("lines").
+    lines ("lines"); with a materialised index in the stream (`checked_bytes`), the split of the
+    table with that index read by ranges ("checked", as scatterx's kernel checks it).
     """
 
     table_bytes: int
@@ -288,6 +289,10 @@ class Touches:
     # With `then`: the positions of one coordinate before the axis (a slab of a middle axis), over
     # which both passes go before the next block's (0: all the positions, one block).
     block: int = 0
+    # Of `stream_bytes`, the last that stand for a materialised expanded index (see `touches`):
+    # read whole by any kernel, to know that each row holds one value, and by contiguous ranges
+    # if it likes, whatever way it applies the rows; the "checked" split reads them so (0: none).
+    checked_bytes: int = 0
 
     @property
     def passes(self) -> list[Touches]:
@@ -344,7 +349,9 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
     kernel's: `mp_add_dense`'s floor stood for 102 MB of the 307 MB that such a kernel must
     read). Stop 29 had measured that probe slower than scatterx (48.4 ms against 38.9); in stop
     53, one process, four rounds, 20.3-22.3 ms against scatterx's 18.4-25.7, scatterx the faster
-    in 3 of 4 (the first column alone: 8.5-10.2 ms). A gather's stream is the result it writes,
+    in 3 of 4 (the first column alone: 8.5-10.2 ms). Such an index may be read by contiguous
+    ranges whatever way the rows are applied (scatterx's threads check it in chunks and apply
+    the rows by target): `checked_bytes`, and the "checked" split (since stop 55). A gather's stream is the result it writes,
     so its probe still leaves the index out, and its floor stays below any kernel's.
     """
     if not case.has_bound:
@@ -367,9 +374,14 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
         row_bytes = item * math.prod(data.shape[1:])
         span = item * math.prod(indices.shape[1:])
         positions = _as_wide_as(rows * row_bytes, first_column, data.nbytes)
+        splits, checked = _splits(case, data, indices, span), 0
         if inputs.index_rows is None and not written:
-            stream += indices.nbytes  # a materialised index, read whole (see above)
-        return Touches(data.nbytes, positions, span, write, stream, _splits(case, data, indices, span), written)
+            # A materialised index, read whole (see above), and by ranges in the "checked" way.
+            stream += indices.nbytes
+            checked = indices.nbytes
+            if splits != ("ranges",):
+                splits += ("checked",)
+        return Touches(data.nbytes, positions, span, write, stream, splits, written, checked_bytes=checked)
     coords = list(np.indices(indices.shape, sparse=True))
     coords[axis] = np.where(indices < 0, indices + size, indices)
     flat = np.ravel_multi_index(np.broadcast_arrays(*coords), data.shape).reshape(-1)

@@ -24,6 +24,9 @@ inline constexpr int64_t kTouchGrain = int64_t(1) << 15;
 inline constexpr int64_t kStreamBlock = 16;
 // Positions listed at a time by a thread that touches its own share of the targets (run_listed).
 inline constexpr int64_t kListBlock = 256;
+// Bytes ahead at which the `checked` split asks for its range of the stream's checked part (four
+// rows of 64 int64, as scatter_by_target_rows asks for a materialised index's rows: kVerifyAhead).
+inline constexpr int64_t kRangedAhead = 2048;
 
 // The end of the stream's share of positions [0, k) (of n positions, stream_bytes long).
 inline int64_t stream_share_end(int64_t k, int64_t n, int64_t stream_bytes) {
@@ -44,6 +47,12 @@ template <class P> struct TouchRange {
     int64_t stream_bytes;
     int64_t last_byte;  // the offset of the last byte of an access (span - 1)
     bool stream_written;  // the stream is written in full, by streaming stores (see touch_lines)
+    // The `checked` split (TouchSplit): the checked part of the stream (its last `ranged_bytes`,
+    // not counted in stream_bytes), read by contiguous ranges; the stream's lines asked for with
+    // the non-temporal hint.
+    const char* ranged = nullptr;
+    int64_t ranged_bytes = 0;
+    bool non_temporal = false;
 
     // With `progress`, the walk publishes how far it got every kProgressStep positions, for a
     // thread that reads ahead of it (read_ahead, as the one-fiber scatter does).
@@ -95,14 +104,19 @@ template <class P> struct TouchRange {
     // Every position on this thread, touching only its own part of the work, part `w` of
     // `parts` (see TouchSplit): with `by_lines`, lines [l0, l1) of every access and the same
     // share of each position's stream (run_lines); else the positions in its share of the
-    // table, whole, and their stream (run_listed). Each line of the stream is read once by a
-    // thread that needs any of it.
+    // table, whole, and their stream (run_listed), and, with a checked part (`ranged`), range
+    // w of parts of it. Each line of the stream is read once by a thread that needs any of it.
     template <bool Write>
     uint64_t run_part(int w, int parts, bool by_lines) const {
         if (by_lines) return run_lines<Write>(w, parts);
         const uint64_t span_of_table = last + 1;  // positions lie in [0, last]
+        // Ranges of the checked part that meet on line boundaries (the last ends with it).
+        auto ranged_end = [&](int k) {
+            return k == parts ? ranged_bytes : int64_t((__int128)ranged_bytes * k / parts) & ~int64_t(63);
+        };
         return run_listed<Write>(uint64_t((unsigned __int128)span_of_table * unsigned(w) / unsigned(parts)),
-                                 uint64_t((unsigned __int128)span_of_table * unsigned(w + 1) / unsigned(parts)));
+                                 uint64_t((unsigned __int128)span_of_table * unsigned(w + 1) / unsigned(parts)),
+                                 ranged_end(w), ranged_end(w + 1));
     }
 
     // run_part by lines: every position, lines [l0, l1) of each access (part w of parts).
@@ -160,13 +174,29 @@ template <class P> struct TouchRange {
     // (scatter_by_target_rows). A branch per position on whether it is this thread's
     // mispredicts half the time on random targets (stop 33: standalone, 1e7 float64 adds into
     // 1e5 bins split between two threads, 47-85 ms with the branch, 22-27 listed).
+    // With a checked part (`ranged`), bytes [r0, r1) of it are read alongside, in order, spread
+    // evenly over the positions: each block's share of the range over the positions it lists
+    // (scatter_by_target_rows checks its chunks a few rows at a time between the rows it
+    // applies), asked for kRangedAhead bytes ahead with the non-temporal hint.
     template <bool Write>
-    uint64_t run_listed(uint64_t t0, uint64_t t1) const {
+    uint64_t run_listed(uint64_t t0, uint64_t t1, int64_t r0 = 0, int64_t r1 = 0) const {
         char* const tab = table;
         const P* const pos = positions;
         const uint64_t lst = last, width = t1 - t0;
         const int64_t ahd = ahead, end = last_byte, count = n, sbytes = stream_bytes, nl = lines;
         const int64_t per = sbytes % count == 0 ? sbytes / count : -1;
+        const bool nta = non_temporal;
+        const char* const rs = ranged;
+        int64_t rpos = r0;  // the checked part's lines below this offset have been read
+        uint64_t rsum = 0;
+        auto read_ranged = [&](int64_t upto) {
+            for (; rpos < upto; rpos += 64) {
+                if (rpos + kRangedAhead < r1) __builtin_prefetch(rs + rpos + kRangedAhead, 0, 0);
+                rsum += uint8_t(*static_cast<const volatile char*>(rs + rpos));
+            }
+        };
+        // The checked part's offset at which the first `k` positions' share of it ends.
+        auto ranged_at = [&](int64_t k) { return r0 + int64_t((__int128)(r1 - r0) * k / count); };
         auto share_of = [&](int64_t k) -> std::pair<int64_t, int64_t> {
             if (per >= 0) return {k * per, k * per + per};
             return {stream_share_end(k, count, sbytes), stream_share_end(k + 1, count, sbytes)};
@@ -188,13 +218,18 @@ template <class P> struct TouchRange {
         for (int64_t b0 = 0; b0 < count; b0 += kListBlock) {
             const int64_t b1 = std::min(count, b0 + kListBlock);
             const int64_t m = list(b1, std::min(count, b1 + kListBlock), listed);
+            const int64_t rb0 = ranged_at(b0), rb1 = ranged_at(b1);
             for (int64_t i = 0; i < listed; ++i) {
+                if (rs) read_ranged(rb0 + (rb1 - rb0) * i / listed);
                 if (i + ahd < m) {
                     const uint64_t q = qs[i + ahd];
                     for (int64_t l = 0; l < nl; ++l) __builtin_prefetch(tab + q + 64 * l, Write);
                     if (sbytes > 0) {
                         const auto [a0, a1] = share_of(ks[i + ahd]);
-                        for (int64_t s = a0 & ~int64_t(63); s < a1; s += 64) __builtin_prefetch(stream + s);
+                        for (int64_t s = a0 & ~int64_t(63); s < a1; s += 64) {
+                            if (nta) __builtin_prefetch(stream + s, 0, 0);
+                            else __builtin_prefetch(stream + s);
+                        }
                     }
                 }
                 if (sbytes > 0) {
@@ -211,11 +246,12 @@ template <class P> struct TouchRange {
                     if constexpr (Write) *b = v;
                 }
             }
+            if (rs) read_ranged(rb1);
             std::copy(ks + listed, ks + m, ks);
             std::copy(qs + listed, qs + m, qs);
             listed = m - listed;
         }
-        return sum;
+        return sum + rsum;
     }
 
     // `bytes` (at most 64) of zeros from p, p 64-byte aligned relative to the stream: by four
@@ -244,7 +280,16 @@ template <class P> struct TouchRange {
 // rows took 9-10 ms where the legal splits took 15-26: each thread then still reads nearly
 // every line of the update stream, since its own rows are interleaved with the other's; the
 // `targets` way then had a branch per position, see run_listed).
-enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3 };
+// A materialised expanded index (the `_dense` message passing) is a part of the stream that a
+// kernel must read whole, to know that each of its rows holds one value, and that it may read by
+// contiguous ranges whatever way it applies the rows: scatterx checks it in chunks claimed in
+// turn by its threads, and applies the rows by target. The `checked` way does that: as `targets`,
+// except that the last `checked` bytes of the stream (the index) are read by contiguous ranges,
+// each thread its range spread over its walk, and the stream is asked for with the
+// non-temporal hint, as scatter_by_target_rows asks for such an index and its update rows
+// (stop 55; until then the probe shared the index rows like the targets in every way, and was
+// slower than scatterx).
+enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3, checked = 4 };
 
 // Touches `span` bytes at each byte offset positions[k] of `table` (`nbytes` long), in order:
 // one byte per 64-byte line is read, and with `write` stored back unchanged (the line then has
@@ -266,10 +311,11 @@ enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3 };
 // scatterx, writing the stream, took 16.4).
 //
 // With `reader`, one thread walks every position, and a second, when the pool has one, reads
-// the positions and the stream ahead of it (read_ahead). With `targets` or `lines` (run_part)
-// every thread walks every position. The stream is written (`stream_written`) only by ranges;
-// the other splits read it. The positions are read as the indices they stand for would be: for
-// an int32 index, int32 positions.
+// the positions and the stream ahead of it (read_ahead). With `targets`, `lines` or `checked`
+// (run_part) every thread walks every position; `checked` reads the stream's last `checked`
+// bytes by ranges (other splits, and one thread, read the stream as one). The stream is written
+// (`stream_written`) only by ranges; the other splits read it. The positions are read as the
+// indices they stand for would be: for an int32 index, int32 positions.
 //
 // With `then`, a second pass over the same positions follows the first (touching with
 // then->write, the stream written when then->stream_written): a backward whose updates need what
@@ -290,13 +336,15 @@ template <class P>
 uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n, int64_t span, bool write,
                      int64_t ahead, const char* stream = nullptr, int64_t stream_bytes = 0,
                      TouchSplit split = TouchSplit::ranges, bool stream_written = false,
-                     const TouchPass* then = nullptr, int64_t block = 0) {
+                     const TouchPass* then = nullptr, int64_t block = 0, int64_t checked = 0) {
     if (n == 0 || nbytes < span || span <= 0) return 0;
     if (then && split != TouchSplit::ranges)
-        return touch_lines(table, nbytes, positions, n, span, write, ahead, stream, stream_bytes, split, stream_written) +
+        return touch_lines(table, nbytes, positions, n, span, write, ahead, stream, stream_bytes, split, stream_written,
+                           nullptr, 0, checked) +
                touch_lines(table, nbytes, positions, n, span, then->write, ahead, stream, stream_bytes, split,
-                           then->stream_written);
+                           then->stream_written, nullptr, 0, checked);
     if (!stream) stream_bytes = 0;
+    checked = std::clamp<int64_t>(checked, 0, stream_bytes);
     // One contiguous range per thread (measured: 64 smaller ranges dealt out in turn took 50 ms
     // where two halves took 43; two threads each touching the positions of its own half of the
     // table, or one touching all while the other read ahead, were never faster than ranges).
@@ -317,15 +365,22 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
     };
     std::atomic<uint64_t> total{0};
     if (!ranges && parts < 2) return walk_range(0, n, nullptr);
-    if (split == TouchSplit::targets || split == TouchSplit::lines) {
+    if (split == TouchSplit::targets || split == TouchSplit::lines || split == TouchSplit::checked) {
         const bool by_lines = split == TouchSplit::lines;
         const int shares = by_lines ? int(std::min<int64_t>(parts, walk.lines)) : parts;
         if (shares < 2) return walk_range(0, n, nullptr);
+        TouchRange<P> own = walk;
+        if (split == TouchSplit::checked) {
+            own.stream_bytes = stream_bytes - checked;
+            own.ranged = checked > 0 ? stream + own.stream_bytes : nullptr;
+            own.ranged_bytes = checked;
+            own.non_temporal = true;
+        }
         ThreadPool::instance().run(shares, [&](int w, int nw) {
             uint64_t sum = 0;
             for (int part = w; part < shares; part += nw)
-                sum += write ? walk.template run_part<true>(part, shares, by_lines)
-                             : walk.template run_part<false>(part, shares, by_lines);
+                sum += write ? own.template run_part<true>(part, shares, by_lines)
+                             : own.template run_part<false>(part, shares, by_lines);
             total.fetch_add(sum, std::memory_order_relaxed);
         });
         return total.load();
