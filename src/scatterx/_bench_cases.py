@@ -351,8 +351,9 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
     53, one process, four rounds, 20.3-22.3 ms against scatterx's 18.4-25.7, scatterx the faster
     in 3 of 4 (the first column alone: 8.5-10.2 ms). Such an index may be read by contiguous
     ranges whatever way the rows are applied (scatterx's threads check it in chunks and apply
-    the rows by target): `checked_bytes`, and the "checked" split (since stop 55). A gather's stream is the result it writes,
-    so its probe still leaves the index out, and its floor stays below any kernel's.
+    the rows by target): `checked_bytes`, and the "checked" split (since stop 55). A gather's
+    stream is the result it writes, so its probe still leaves the index out, and its floor
+    stays below any kernel's.
     """
     if not case.has_bound:
         return None
