@@ -630,6 +630,45 @@ def test_the_probe_touches_a_table_and_a_stream_of_pages_of_their_own(monkeypatc
         assert t.table_bytes == x.data.nbytes
 
 
+def _mapping_flags(address):
+    """The VmFlags of this process's mapping that holds `address` (Linux), or None."""
+    try:
+        lines = open("/proc/self/smaps").read().splitlines()
+    except OSError:
+        return None
+    inside = False
+    for line in lines:
+        head = line.split()[0] if line.split() else ""
+        if "-" in head and ":" not in head:
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    return None
+
+
+def test_the_probes_pages_of_their_own_are_ones_apart_from_other_memory_and_marked_for_huge_pages():
+    import mmap
+
+    huge = _bench._HUGE_PAGE
+    arrays = [_bench.pages_of_their_own(n) for n in (0, 1000, huge, 5 * huge + 12345)]
+    for a, n in zip(arrays, (0, 1000, huge, 5 * huge + 12345)):
+        assert a.dtype == np.uint8 and a.shape == (n,) and a.flags.writeable
+        assert np.all(a == 1)
+    for a in arrays:
+        for b in arrays:
+            assert a is b or not np.shares_memory(a, b)
+    if not hasattr(mmap, "MAP_ANONYMOUS"):
+        pytest.skip("no private anonymous mappings here: the probe's tables are np.ones")
+    for big in arrays[2:]:
+        assert big.ctypes.data % huge == 0
+        flags = _mapping_flags(big.ctypes.data + big.nbytes - 1)
+        if flags is not None and hasattr(mmap, "MADV_HUGEPAGE"):
+            assert "hg" in flags  # madvise(MADV_HUGEPAGE), up to the table's last byte
+        big[-1] = 7  # writable to its last byte, whatever lies after it
+        assert big[-1] == 7
+
+
 def test_the_probe_of_a_two_pass_backward_times_both_passes_in_each_call(monkeypatch):
     from scatterx import _core
 
