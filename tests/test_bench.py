@@ -633,7 +633,8 @@ def test_the_probe_touches_a_table_and_a_stream_of_pages_of_their_own(monkeypatc
 def _mapping_flags(address):
     """The VmFlags of this process's mapping that holds `address` (Linux), or None."""
     try:
-        lines = open("/proc/self/smaps").read().splitlines()
+        with open("/proc/self/smaps") as smaps:
+            lines = smaps.read().splitlines()
     except OSError:
         return None
     inside = False
