@@ -340,14 +340,16 @@ def pages_of_their_own(nbytes: int) -> np.ndarray:
     Ones: pages never written are mapped, when only read, to the kernel's one zero page, so a
     probe that reads its table and never writes it (a gather's, the backward of add, max and
     min) would read the same page over and over (stop 53). Of their own: where the system has
-    private anonymous mappings, a mapping of their own, from a 2 MB boundary, marked for
-    transparent huge pages where Linux offers them (as NumPy marks its large arrays), so
-    that they are not memory that malloc hands back already mapped on 4 KB pages, as it does
-    in a process that has freed large arrays (the bench, case after case). Stop 56, the Zen 3
-    machine, one process, five rounds of medians of seven: `gather_max0`'s probe 13.56 ->
-    9.75 ms (32 ahead) on such a table, `max0`'s 13.75 -> 11.64, scatterx 10.57 and 17.47
-    ms; the ways of the message-passing cases, whose accesses are whole rows, did not change.
-    Smaller than a huge page, or without such mappings: np.ones.
+    private anonymous mappings, a mapping of their own, from a 2 MB boundary, wholly marked
+    for transparent huge pages where Linux offers them. An `np.ones` array of a case's size
+    lay about 80 % on huge pages (NumPy marks from the first page boundary inside, and its
+    ends are not whole huge pages), as the case's own data did; wholly on them the probe ran
+    faster for the cases of single random elements. Stop 56, the Zen 3 machine, one process,
+    five rounds of medians of seven: `gather_max0`'s probe 13.56 -> 9.75 ms (32 ahead),
+    `max0`'s 13.75 -> 11.64, scatterx 10.57 and 17.47 ms beside them (why the last fifth
+    weighs so much was not pinned down); the ways of the message-passing cases, whose
+    accesses are whole rows, did not change. Smaller than a huge page, or without such
+    mappings: np.ones.
     """
     private, anonymous = getattr(mmap, "MAP_PRIVATE", None), getattr(mmap, "MAP_ANONYMOUS", None)
     if nbytes < _HUGE_PAGE or private is None or anonymous is None:
