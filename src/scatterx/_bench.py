@@ -354,8 +354,9 @@ def pages_of_their_own(nbytes: int) -> np.ndarray:
     private, anonymous = getattr(mmap, "MAP_PRIVATE", None), getattr(mmap, "MAP_ANONYMOUS", None)
     if nbytes < _HUGE_PAGE or private is None or anonymous is None:
         return np.ones(nbytes, np.uint8)
-    # Whole huge pages from the first boundary on, the last one included.
-    mapping = mmap.mmap(-1, -nbytes // _HUGE_PAGE * -_HUGE_PAGE + _HUGE_PAGE, flags=private | anonymous)
+    # Room for whole huge pages from the first boundary on, the last one included.
+    pages = (nbytes + _HUGE_PAGE - 1) // _HUGE_PAGE
+    mapping = mmap.mmap(-1, (pages + 1) * _HUGE_PAGE, flags=private | anonymous)
     if hasattr(mmap, "MADV_HUGEPAGE"):
         mapping.madvise(mmap.MADV_HUGEPAGE)
     whole = np.frombuffer(mapping, np.uint8)  # keeps the mapping alive
