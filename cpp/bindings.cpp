@@ -777,14 +777,16 @@ NB_MODULE(_core, m) {
           "Whether streaming stores write whole 64-byte lines by one AVX-512 store (the default where the CPU "
           "has AVX-512F; never where it has not); returns the previous setting (for tests and measurements).");
     m.def("wide_stores_supported", [] { return wide_stores_supported(); });
+    m.def("set_read_once_non_temporal", [](bool on) { return std::exchange(read_once_non_temporal(), on); },
+          nb::arg("on"),
+          "Whether a materialised index's rows and their update rows, read once, are asked for with the "
+          "non-temporal hint (the default on CPUs other than Intel's); returns the previous setting (for tests "
+          "and measurements).");
     m.def("set_pieces_per_thread", [](int n) { return std::exchange(pieces_per_thread(), std::max(1, n)); },
           nb::arg("n"),
           "Sets how many pieces per thread a parallel call is cut into, handed out as threads come free (1: one "
           "piece per thread); returns the previous setting (for tests and measurements).");
-    m.def("get_bulk_stream_bytes", [] { return bulk_stream_bytes(); },
-          "The size beyond which the scatter side's bulk writes (the staged copy of data, the backward of "
-          "\"none\" and \"mul\") use streaming stores: the smaller of get_stream_bytes() and 32 MiB.");
     m.def("get_stream_bytes", [] { return stream_bytes(); },
           "The size of a call (all its arrays) beyond which its output is written by streaming stores: the "
-          "last-level cache as Linux reports it, or 32 MiB.");
+          "smaller of the last-level cache as Linux reports it and 32 MiB.");
 }

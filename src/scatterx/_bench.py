@@ -1128,15 +1128,12 @@ def run(args: argparse.Namespace) -> int:
     from . import _core
 
     stream_mib = _core.get_stream_bytes() / 2**20
-    # The scatter side's bulk writes stream from the smaller of that and 32 MiB (streams_bulk).
-    bulk_mib = _core.get_bulk_stream_bytes() / 2**20
     header = (
         f"scatterx bench{' --quick' if args.quick else ''}: {settings.threads} threads, "
         f"copy bandwidth {bandwidth_start / 1e9:.1f} GB/s before, {bandwidths} beside the cases, "
         f"{bandwidth_end / 1e9:.1f} after, ms per call (median of {settings.repeat} "
         f"in {settings.rounds} round{'s' if settings.rounds > 1 else ''}), "
-        f"{_cpu_model()}, {os.cpu_count()} CPUs, streaming stores above {stream_mib:.0f} MiB "
-        f"(the scatter side's bulk writes above {bulk_mib:.0f}), "
+        f"{_cpu_model()}, {os.cpu_count()} CPUs, streaming stores above {stream_mib:.0f} MiB, "
         f"load {load_before} -> {_load()}"
         + (f", host stole {100 * stolen:.1f}% of the CPUs' time" if stolen is not None else "")
     )

@@ -557,6 +557,15 @@ inline bool cpu_is_intel() {
 #endif
 }
 
+// Whether lines read once in a large call (a materialised index's rows and their update rows in
+// scatter_by_target_rows, and its check, constant_rows) are asked for with the non-temporal hint:
+// on CPUs other than Intel's (measured on the Zen 3; on the Intel machine of stop 57 it was
+// slower, see scatter_by_target_rows). Tests and measurements set it.
+inline bool& read_once_non_temporal() {
+    static bool on = !cpu_is_intel();
+    return on;
+}
+
 // The CPU family (CPUID leaf 1: the base family, plus the extended family when the base is 15),
 // for AMD CPUs; 0 for others and where unknown. Zen 3 and Zen 4 are family 25, Zen 5 26.
 inline int amd_cpu_family() {
@@ -637,6 +646,12 @@ template <int Locality = 3> [[gnu::always_inline]] inline void prefetch_lines(co
     const uintptr_t end = reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes);
     for (uintptr_t a = first; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, Locality);
 }
+// Lines read once, with the non-temporal hint where `non_temporal` (read_once_non_temporal), else
+// into every level.
+[[gnu::always_inline]] inline void prefetch_read_once(const char* p, int64_t bytes, bool non_temporal) {
+    if (non_temporal) prefetch_lines<kNonTemporal>(p, bytes);
+    else prefetch_lines(p, bytes);
+}
 
 // Frees a buffer of std::aligned_alloc.
 struct FreeBuffer {
@@ -663,7 +678,7 @@ inline char* thread_scratch(int64_t bytes) {
 // memory (to own it), so writing an output larger than the cache moves its bytes twice; a
 // non-temporal store writes the whole line without reading it, as the copy that measures the
 // bandwidth (memcpy of large arrays) does. A call whose arrays together (the bytes it reads and
-// writes) exceed kStreamBytes cannot keep its output in the cache through the call anyway; it
+// writes) exceed the threshold below cannot keep its output in the cache through the call; it
 // writes the output this way: a gather directly, in order; a scatter whose fused copy works a
 // block of fibers at a time in a scratch (stage_rows). Measured in one process, the two ways
 // alternating (two threads, medians of 11-15 samples): gathers of 1e7 float64 from 1e5,
@@ -674,14 +689,31 @@ inline char* thread_scratch(int64_t bytes) {
 // 7.6 ms when first measured, a tie in stop 17 (4.13 -> 4.01 ms, medians of eight rounds,
 // plain stores against streaming ones in one process). 16-byte streaming stores gained
 // nothing over 8-byte ones; elements of 1 or 2 bytes are stored as usual.
-// The threshold is the last-level cache that the first CPU shares, as Linux reports it
-// (/sys/devices/system/cpu/cpu0/cache): 32 MB on the Zen 3 machine where the figures above were
-// measured (the L3 of its core complex; sysconf reports the whole socket's 256 MB), 300 MB on
-// an Emerald Rapids virtual machine, where arrays of 40-320 MB stay in the cache and streaming
-// stores measured slower (stop 19: gathers of the middle axis 2.71 -> 1.98 ms, of the
-// message-passing rows 10.3 -> 9.0, of 1e7 from 1e5 11.2 -> 9.4; the update gradient of "add"
-// 11.0 -> 9.5; medians of five rounds, plain stores against streaming ones in one process).
-// kStreamBytes where the size cannot be read, and the most for the bulk writes (streams_bulk).
+// The threshold is the smaller of the last-level cache that the first CPU shares, as Linux
+// reports it (/sys/devices/system/cpu/cpu0/cache), and kStreamBytes (32 MiB): a call whose arrays
+// together exceed it writes its output by streaming stores. On the Zen 3 machine where the
+// figures above were measured the two agree (the L3 of its core complex; sysconf reports the
+// whole socket's 256 MB). A virtual machine's reported L3 is its host socket's, shared with
+// other guests, and what it is worth to a guest has gone both ways:
+// - stop 19, an Emerald Rapids virtual machine (300 MB reported): arrays of 40-320 MB stayed
+//   in the cache and streaming stores measured slower (gathers of the middle axis 2.71 -> 1.98
+//   ms, of the message-passing rows 10.3 -> 9.0, of 1e7 from 1e5 11.2 -> 9.4; the update
+//   gradient of "add" 11.0 -> 9.5; medians of five rounds, plain stores against streaming ones
+//   in one process);
+// - stops 35-36, an Intel virtual machine (105 MB reported): outputs of 16 MB went out faster by
+//   streaming stores (one process, the two thresholds in turn, twelve rounds of medians of
+//   seven calls, two threads: vjp_none 4.34 -> 3.57 ms and mid_mul 5.38 -> 4.88, faster in 12
+//   of 12 each, vjp_mul 15.5 -> 12.5, 7 of 12), but gather_max0 (89 MB in all) was slower
+//   streaming, 43.1 -> 47.3 ms, in 11 of 12, so until stop 57 the gathers kept the reported
+//   cache and only the scatter side's bulk writes took the cap;
+// - stop 57, an Intel virtual machine (family 6 model 167, AVX-512, 2 MB of L2 per core, 480 MB
+//   of L3 reported): every gather faster streaming from 32 MB, medians of six rounds of medians
+//   of nine calls, the thresholds in turn in one process, faster in 6 of 6 rounds each, bits
+//   the same: gather_max0 25.49 -> 11.88 ms, gather_mp 8.99 -> 6.09, gather_mp_i32 8.76 ->
+//   4.85, vjp_add 9.37 -> 6.12, gather_mp_dense 21.03 -> 16.34, gather_hist 6.68 -> 5.75,
+//   gather_mid 1.33 -> 1.18, vjp_gather 10.28 -> 9.92.
+// The losses measured where the reported cache held (10-40 %) are smaller than this gain, and a
+// guest cannot tell how much of its host's cache is its own, so one threshold serves every write.
 inline constexpr int64_t kStreamBytes = int64_t(32) << 20;
 // The size in bytes of the highest-level data or unified cache of CPU 0, or 0 if unknown.
 inline int64_t last_level_cache_bytes() {
@@ -704,27 +736,12 @@ inline int64_t last_level_cache_bytes() {
 // The threshold in force (tests lower it to reach the streaming paths with small arrays).
 inline int64_t& stream_bytes() {
     static int64_t bytes = [] {
-        int64_t llc = last_level_cache_bytes();
-        return llc > 0 ? llc : kStreamBytes;
+        const int64_t llc = last_level_cache_bytes();
+        return llc > 0 ? std::min(llc, kStreamBytes) : kStreamBytes;
     }();
     return bytes;
 }
 inline bool streams(int64_t footprint) { return footprint > stream_bytes(); }
-// The scatter side's bulk writes (the staged fused copy, the backward passes of "none" and "mul")
-// stream from the smaller of that threshold and kStreamBytes: on the Intel virtual machine of
-// stops 35-36 (105 MB of L3 reported, shared with other guests) outputs of 16 MB went out
-// faster by streaming stores than by plain ones. Stop 36, one process, the two thresholds in turn,
-// twelve rounds of medians of seven calls, two threads: vjp_none 4.34 -> 3.57 ms and mid_mul
-// 5.38 -> 4.88 (faster in 12 of 12 each), vjp_mul 15.5 -> 12.5 (7 of 12); stop 35 had mid_mul
-// 5.66 -> 4.65 (5 of 6); old and new builds in alternating processes, ten rounds: vjp_none 4.37
-// -> 3.26 (9 of 10), mid_mul 5.75 -> 5.16 (6), vjp_mul 10.0 -> 9.4 (7). Stop 19, on an Emerald
-// Rapids virtual machine (300 MB of L3), had measured these two the other way (mid_mul 2.62 /
-// 2.99 ms, vjp_none 1.82 / 1.95, plain / streaming), which this cap gives up there. A gather
-// keeps the reported cache: its streaming stores take the line fill buffers that its random
-// reads need (gather_max0, 89 MB in all, 43.1 -> 47.3 ms with 32 MB, slower in 11 of 12; stop
-// 19 found gathers slower streaming on Emerald Rapids too).
-inline int64_t bulk_stream_bytes() { return std::min(stream_bytes(), kStreamBytes); }
-inline bool streams_bulk(int64_t footprint) { return footprint > bulk_stream_bytes(); }
 // Whether streaming stores move whole 64-byte lines (AVX-512) where a line of the output is
 // whole: a CPU with AVX-512F whose system saves its registers (what __builtin_cpu_supports
 // checks), unless a test has turned it off. A write-combining buffer then fills by one store
@@ -1115,12 +1132,13 @@ enum class Chunk : uint8_t { unchecked, one_value, several };
 // one value (a row of the expanded index of message passing). Every row is read, with no exit
 // at a row of several values, so that the rows can be asked for ahead: rows up to `reach` (n
 // when negative; more when these rows are a part of a chunk checked a few rows at a time), with
-// the non-temporal hint (read once; see scatter_by_target_rows).
+// the non-temporal hint where the CPU takes it so (read once; see read_once_non_temporal).
 template <class I> inline bool constant_rows(const char* ip, int64_t n, int64_t istr, int64_t width, int64_t reach = -1) {
     std::make_unsigned_t<I> differ = 0;
     if (reach < 0) reach = n;
+    const bool nta = read_once_non_temporal();
     for (int64_t j = 0; j < n; ++j) {
-        if (j + kVerifyAhead < reach) prefetch_lines<kNonTemporal>(ip + (j + kVerifyAhead) * istr, width * int64_t(sizeof(I)));
+        if (j + kVerifyAhead < reach) prefetch_read_once(ip + (j + kVerifyAhead) * istr, width * int64_t(sizeof(I)), nta);
         differ |= row_differ<I>(ip + j * istr, width);
     }
     return differ == 0;
@@ -1232,7 +1250,7 @@ inline constexpr int64_t kHandoverRows = 4 * kOwnBlock;
 // batch at a time) measured slower (docs/performance.md, stop 38): a range's rows are a thin,
 // scattered part of the update stream.
 // A materialised index's rows (ahead of their check) and its update rows are asked for with the
-// non-temporal hint (prefetchnta). Our reading, not measured apart: on Zen the L3 holds what
+// non-temporal hint (prefetchnta) on CPUs other than Intel's (read_once_non_temporal). Our reading, not measured apart: on Zen the L3 holds what
 // the L2 evicts, so the 307 MB of index and update rows that pass through it otherwise push out
 // the target rows (12.8 MB in message passing, which the L3 of 32 MB could hold), and the rows
 // applied then miss in memory.
@@ -1244,12 +1262,17 @@ inline constexpr int64_t kHandoverRows = 4 * kOwnBlock;
 // with the hint, 8.20 -> 8.34 and 9.55 -> 10.03 ms (stop 52). The same hint on the whole rows of
 // the middle-axis product (scatter_rows: mid_mul 3.86 -> 3.76 ms, faster in 7 of 10 rounds,
 // then 3.38 -> 3.50, 7 of 12) and of the axis-0 max (max0 28.6 -> 33.9, 1 of 8) was not kept.
+// On Intel's the hint puts such a line in L1 alone, and the rows came slower: stop 57, the Intel
+// virtual machine (family 6 model 167, 2 MB of L2 per core), one build with a switch, one
+// process, two threads, six rounds of medians of nine calls, bits the same: mp_add_dense 36.70
+// ms with the hint on both, 27.64 with the plain request for the index rows, 31.79 for the update
+// rows, 20.15 for both (faster in 6 of 6 rounds each).
 template <class T, class I, Reduction R>
 bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, char* out, const char* indices,
                             const char* updates, const char* src) {
     constexpr int64_t N = sizeof(T);
     const int64_t width = fs.nfib, istr = fs.astr[1], ustr = fs.astr[2], size = g.axis_size, na = fs.na;
-    const bool verify = fs.f.stride[1][0] != 0;
+    const bool verify = fs.f.stride[1][0] != 0, nta = read_once_non_temporal();
     const int64_t chunks = verify ? (na + kVerifyRows - 1) / kVerifyRows : 0;
     std::unique_ptr<std::atomic<Chunk>[]> known(verify ? new (std::nothrow) std::atomic<Chunk>[size_t(chunks)] : nullptr);
     std::unique_ptr<Handover[]> hand(new (std::nothrow) Handover[size_t(parts)]);
@@ -1414,7 +1437,7 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
                         if (step) check_some(step);
                         if (i + ahead < m) {
                             prefetch_lines(out + own_target[i + ahead] * g.axis_stride, width * N);
-                            if (verify) prefetch_lines<kNonTemporal>(updates + own[i + ahead] * ustr, width * N);
+                            if (verify) prefetch_read_once(updates + own[i + ahead] * ustr, width * N, nta);
                             else prefetch_lines(updates + own[i + ahead] * ustr, width * N);
                         }
                         apply_row<T, R>(reinterpret_cast<T*>(out + own_target[i] * g.axis_stride),
@@ -1514,7 +1537,7 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
         return scatter_by_target_rows<T, I, R>(g, fs, fparts, out, indices, updates, src);
     // A large call whose blocks of target rows fit the stage works in a scratch (stage_rows).
     const int64_t footprint = 2 * fs.nfib * g.axis_size * N + volume(g.s.shape, g.s.ndim) * (N + int64_t(sizeof(I)));
-    const bool stage = src && axis_outer && streams_bulk(footprint);
+    const bool stage = src && axis_outer && streams(footprint);
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
         ScatterBlock<T, I, R> sb{g.axis_size, g.axis_stride, &local_bad};
@@ -1964,7 +1987,7 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
     // A large call with a source stages each contiguous row (see below): data's gradient, the
     // source, indices and the update gradients (kStreamBytes).
     const int64_t out_bytes = fs.nfib * g.axis_size * N;
-    const bool stream = src && streams_bulk(2 * out_bytes + fs.nfib * fs.na * (int64_t(sizeof(I)) + N));
+    const bool stream = src && streams(2 * out_bytes + fs.nfib * fs.na * (int64_t(sizeof(I)) + N));
     std::atomic<bool> bad{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         // Locals, not captured variables: the byte stores below may alias those.
@@ -2200,7 +2223,7 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
     const bool grouped = g.axis_size * N <= kMulScratchBytes;
     // G, D and dD, indices, updates and dU (see kStreamBytes).
-    const bool stream = streams_bulk(3 * extent + volume(g.s.shape, g.s.ndim) * (int64_t(sizeof(I)) + 2 * N));
+    const bool stream = streams(3 * extent + volume(g.s.shape, g.s.ndim) * (int64_t(sizeof(I)) + 2 * N));
     const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, g.axis_size)).first;
     std::atomic<bool> bad{false}, no_memory{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {

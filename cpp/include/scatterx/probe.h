@@ -48,8 +48,9 @@ template <class P> struct TouchRange {
     int64_t last_byte;  // the offset of the last byte of an access (span - 1)
     bool stream_written;  // the stream is written in full, by streaming stores (see touch_lines)
     // The `checked` split (TouchSplit): the checked part of the stream (its last `ranged_bytes`,
-    // not counted in stream_bytes), read by contiguous ranges; the stream's lines asked for with
-    // the non-temporal hint.
+    // not counted in stream_bytes), read by contiguous ranges; its lines and the stream's asked for
+    // with the non-temporal hint where `non_temporal` (as the kernel asks for them:
+    // read_once_non_temporal).
     const char* ranged = nullptr;
     int64_t ranged_bytes = 0;
     bool non_temporal = false;
@@ -177,7 +178,7 @@ template <class P> struct TouchRange {
     // With a checked part (`ranged`), bytes [r0, r1) of it are read alongside, in order, spread
     // evenly over the positions: each block's share of the range over the positions it lists
     // (scatter_by_target_rows checks its chunks a few rows at a time between the rows it
-    // applies), asked for kRangedAhead bytes ahead with the non-temporal hint.
+    // applies), asked for kRangedAhead bytes ahead (with the non-temporal hint where `non_temporal`).
     template <bool Write>
     uint64_t run_listed(uint64_t t0, uint64_t t1, int64_t r0 = 0, int64_t r1 = 0) const {
         char* const tab = table;
@@ -191,7 +192,10 @@ template <class P> struct TouchRange {
         uint64_t rsum = 0;
         auto read_ranged = [&](int64_t upto) {
             for (; rpos < upto; rpos += 64) {
-                if (rpos + kRangedAhead < r1) __builtin_prefetch(rs + rpos + kRangedAhead, 0, 0);
+                if (rpos + kRangedAhead < r1) {
+                    if (nta) __builtin_prefetch(rs + rpos + kRangedAhead, 0, 0);
+                    else __builtin_prefetch(rs + rpos + kRangedAhead);
+                }
                 rsum += uint8_t(*static_cast<const volatile char*>(rs + rpos));
             }
         };
@@ -285,9 +289,9 @@ template <class P> struct TouchRange {
 // contiguous ranges whatever way it applies the rows: scatterx checks it in chunks claimed in
 // turn by its threads, and applies the rows by target. The `checked` way does that: as `targets`,
 // except that the last `checked` bytes of the stream (the index) are read by contiguous ranges,
-// each thread its range spread over its walk, and the stream is asked for with the
-// non-temporal hint, as scatter_by_target_rows asks for such an index and its update rows
-// (stop 55; until then the probe shared the index rows like the targets in every way, and was
+// each thread its range spread over its walk, and the stream is asked for with the hint that
+// scatter_by_target_rows asks for such an index and its update rows with on this CPU
+// (read_once_non_temporal; stop 55; until then the probe shared the index rows like the targets in every way, and was
 // slower than scatterx).
 enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3, checked = 4 };
 
@@ -374,7 +378,7 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
             own.stream_bytes = stream_bytes - checked;
             own.ranged = checked > 0 ? stream + own.stream_bytes : nullptr;
             own.ranged_bytes = checked;
-            own.non_temporal = true;
+            own.non_temporal = read_once_non_temporal();
         }
         ThreadPool::instance().run(shares, [&](int w, int nw) {
             uint64_t sum = 0;
