@@ -770,8 +770,8 @@ NB_MODULE(_core, m) {
           "measurements).");
     m.def("set_fiber_streams_ahead", [](bool on) { return std::exchange(fiber_streams_ahead(), on); }, nb::arg("on"),
           "Whether a long contiguous fiber whose targets fit in the cache (a 1-D histogram) asks for its index "
-          "and update streams ahead (the default on AMD family 26 and later) or leaves them to the hardware "
-          "prefetcher; returns the previous setting (for tests and measurements).");
+          "and update streams ahead (the default on Intel's CPUs and AMD family 26 and later) or leaves them to the "
+          "hardware prefetcher; returns the previous setting (for tests and measurements).");
     m.def("set_wide_stores", [](bool on) { return std::exchange(wide_stores(), on && wide_stores_supported()); },
           nb::arg("on"),
           "Whether streaming stores write whole 64-byte lines by one AVX-512 store (the default where the CPU "
