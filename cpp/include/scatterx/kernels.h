@@ -1254,10 +1254,10 @@ inline constexpr int64_t kHandoverRows = 4 * kOwnBlock;
 // batch at a time) measured slower (docs/performance.md, stop 38): a range's rows are a thin,
 // scattered part of the update stream.
 // A materialised index's rows (ahead of their check) and its update rows are asked for with the
-// non-temporal hint (prefetchnta) on CPUs other than Intel's (read_once_non_temporal). Our reading, not measured apart: on Zen the L3 holds what
-// the L2 evicts, so the 307 MB of index and update rows that pass through it otherwise push out
-// the target rows (12.8 MB in message passing, which the L3 of 32 MB could hold), and the rows
-// applied then miss in memory.
+// non-temporal hint (prefetchnta) on CPUs other than Intel's (read_once_non_temporal). Our
+// reading, not measured apart: on Zen the L3 holds what the L2 evicts, so the 307 MB of index
+// and update rows that pass through it otherwise push out the target rows (12.8 MB in message
+// passing, which the L3 of 32 MB could hold), and the rows applied then miss in memory.
 // Stop 54, the Zen 3 machine, one build with a switch, one process, two threads, rounds of
 // medians of nine calls, bits the same: mp_add_dense 24.39 -> 20.82 ms (faster in 9 of 10
 // rounds), 23.48 -> 21.23 (9 of 10), 20.11 -> 18.68 (6 of 8), 21.73 -> 18.66 (9 of 10); the

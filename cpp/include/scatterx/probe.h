@@ -291,8 +291,8 @@ template <class P> struct TouchRange {
 // except that the last `checked` bytes of the stream (the index) are read by contiguous ranges,
 // each thread its range spread over its walk, and the stream is asked for with the hint that
 // scatter_by_target_rows asks for such an index and its update rows with on this CPU
-// (read_once_non_temporal; stop 55; until then the probe shared the index rows like the targets in every way, and was
-// slower than scatterx).
+// (read_once_non_temporal; stop 55; until then the probe shared the index rows like the targets
+// in every way, and was slower than scatterx).
 enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3, checked = 4 };
 
 // Touches `span` bytes at each byte offset positions[k] of `table` (`nbytes` long), in order:
