@@ -192,10 +192,7 @@ template <class P> struct TouchRange {
         uint64_t rsum = 0;
         auto read_ranged = [&](int64_t upto) {
             for (; rpos < upto; rpos += 64) {
-                if (rpos + kRangedAhead < r1) {
-                    if (nta) __builtin_prefetch(rs + rpos + kRangedAhead, 0, 0);
-                    else __builtin_prefetch(rs + rpos + kRangedAhead);
-                }
+                if (rpos + kRangedAhead < r1) prefetch_read_once(rs + rpos + kRangedAhead, 1, nta);
                 rsum += uint8_t(*static_cast<const volatile char*>(rs + rpos));
             }
         };
@@ -230,10 +227,7 @@ template <class P> struct TouchRange {
                     for (int64_t l = 0; l < nl; ++l) __builtin_prefetch(tab + q + 64 * l, Write);
                     if (sbytes > 0) {
                         const auto [a0, a1] = share_of(ks[i + ahd]);
-                        for (int64_t s = a0 & ~int64_t(63); s < a1; s += 64) {
-                            if (nta) __builtin_prefetch(stream + s, 0, 0);
-                            else __builtin_prefetch(stream + s);
-                        }
+                        prefetch_read_once(stream + a0, a1 - a0, nta);
                     }
                 }
                 if (sbytes > 0) {
