@@ -27,6 +27,18 @@ inline constexpr int64_t kListBlock = 256;
 // Bytes ahead at which the `checked` split asks for its range of the stream's checked part (four
 // rows of 64 int64, as scatter_by_target_rows asks for a materialised index's rows: kVerifyAhead).
 inline constexpr int64_t kRangedAhead = 2048;
+// Bytes of positions ahead at which a walk by ranges (run) asks for its positions, and for the
+// stream that goes with them when it reads it: the kernels ask for their index and update streams
+// ahead of the random targets as well (kGatherIndexAheadBytes, kRowStreamAhead, kStreamRows),
+// since the misses at random targets leave the hardware prefetcher behind. Until stop 59 the walk
+// left its streams to the hardware, and was slower than scatterx itself in the cases of single
+// random elements (`gather_max0`'s still is; why is open). Stop 59, the Intel virtual machine (family 6 model 167), one build with a
+// switch, one process, two threads, each way's fastest distance, medians of seven calls, against
+// asking for nothing: `max0` 28.6 -> 18.5 ms (scatterx 22.0), `max0_i32` 25.0 -> 19.3 (19.7),
+// `max0_f16` 23.9 -> 14.2 (19.3), `gather_max0` 27.4 -> 17.5 (10.3), `vjp_max` 53.4 -> 31.8
+// (63.1), `hist_add`'s reader way 30.1 -> 23.2 (12.6); 2048 bytes ahead as 1024, 4096 slower
+// (`max0` 19.2 / 19.1 / 21.5).
+inline constexpr int64_t kProbeStreamAheadBytes = 1024;
 
 // The end of the stream's share of positions [0, k) (of n positions, stream_bytes long).
 inline int64_t stream_share_end(int64_t k, int64_t n, int64_t stream_bytes) {
@@ -75,6 +87,7 @@ template <class P> struct TouchRange {
         const bool written = stream_written;
         char* const out = const_cast<char*>(stream);
         int64_t s = written ? (share_end(lo) + 63) & ~int64_t(63) : share_end(lo) & ~int64_t(63);
+        constexpr int64_t far = kProbeStreamAheadBytes / int64_t(sizeof(P)), per_line = 64 / int64_t(sizeof(P));
         for (int64_t k = lo; k < hi; ++k) {
             if ((k & (kStreamBlock - 1)) == 0 || k == lo) {
                 // The stream's share of the block of positions that starts here, a line at a time.
@@ -85,6 +98,15 @@ template <class P> struct TouchRange {
                     for (; s < to; s += 64) sum += uint8_t(*static_cast<const volatile char*>(stream + s));
                 }
                 if (progress && (k & (kProgressStep - 1)) == 0) progress->store(k, std::memory_order_release);
+            }
+            if ((reinterpret_cast<uintptr_t>(pos + k) & 63) == 0 && k + far < hi) {
+                // A new line of positions: the line kProbeStreamAheadBytes on, and the stream's
+                // share of its positions (see kProbeStreamAheadBytes).
+                __builtin_prefetch(pos + k + far);
+                if (!written && sbytes > 0) {
+                    const int64_t to = share_end(std::min(hi, k + far + per_line));
+                    for (int64_t a = share_end(k + far) & ~int64_t(63); a < to; a += 64) __builtin_prefetch(stream + a);
+                }
             }
             if (k + ahd < hi) {
                 const char* q = tab + std::min(uint64_t(int64_t(pos[k + ahd])), lst);
@@ -299,7 +321,10 @@ enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3, ch
 // into the table (never out of bounds). Returns a value computed from the bytes read, so that
 // the reads cannot be dropped.
 // Accesses are prefetched `ahead` positions before they are made (the best distance depends on
-// the pattern and the machine: the caller tries several).
+// the pattern and the machine: the caller tries several). A walk by ranges (and the one walk of
+// `reader`, and of one thread) asks for its positions, and for the stream it reads, a fixed
+// distance ahead (kProbeStreamAheadBytes); the walks of the other splits ask for their streams
+// `ahead` positions ahead.
 //
 // With `stream_written`, the stream is what the kernel writes (a gather's result, the update
 // gradients of a scatter's backward), and it is written in full by streaming stores, as a large
