@@ -410,7 +410,9 @@ def probe_ways(t: Touches | None, settings: Settings) -> dict[ProbeWay, Callable
     read of each line cost more than that). On one thread, and on scatterx's threads shared out
     in each of the ways a kernel may share them (`Touches.splits`: contiguous ranges of the
     positions, except for fibers of float adds or products, which must keep their order), each
-    prefetched at each of `_PROBE_AHEAD`: the fastest of these. A case whose kernel must pass
+    prefetched at each of `_PROBE_AHEAD` (a walk by ranges asks for its positions and the stream
+    it reads a fixed distance ahead as well, as the kernels ask for theirs: probe.h,
+    kProbeStreamAheadBytes, since stop 59): the fastest of these. A case whose kernel must pass
     over its targets twice (`Touches.passes`: the backward of max, min and mul) has both passes
     in each call, block by block (`Touches.block`). The streaming bound counts every
     byte once; a random access moves a whole line, fetched again (and, when written, stored
