@@ -538,8 +538,8 @@ inline constexpr int64_t kPrefetchRows = 8;
 // bits the same: 32 / 12 / 16 rows, `max0` 21.02 / 19.50 / 19.75 ms, `max0_bf16` 19.50 / 18.01 /
 // 18.48, `max0_i32` 18.72 / 18.32 / 18.02 (16 faster than 32 in 8 of 8 rounds each); `vjp_max`
 // 59.85 -> 57.94, `vjp_min` 62.29 -> 61.35 (6 of 6 each). Not as close as kPrefetchRows: at 4
-// or 8 rows, `max0` took 28.5 / 27.7 (the random targets of a row are asked for as its indices
-// arrive).
+// or 8 rows, `max0` took 28.5 / 27.7 ms (our reading: the random targets of a row are then asked
+// for before its indices have come).
 inline constexpr int64_t kStreamRows = 16;
 inline constexpr int64_t kOwnBlock = 256;  // rows whose own target rows a thread lists at a time
 inline constexpr int64_t kOwnAhead = 16;   // a thread's own rows asked for ahead, at least

@@ -30,14 +30,15 @@ inline constexpr int64_t kRangedAhead = 2048;
 // Bytes of positions ahead at which a walk by ranges (run) asks for its positions, and for the
 // stream that goes with them when it reads it: the kernels ask for their index and update streams
 // ahead of the random targets as well (kGatherIndexAheadBytes, kRowStreamAhead, kStreamRows),
-// since the misses at random targets leave the hardware prefetcher behind. Until stop 59 the walk
-// left its streams to the hardware, and was slower than scatterx itself in the cases of single
-// random elements (`gather_max0`'s still is; why is open). Stop 59, the Intel virtual machine (family 6 model 167), one build with a
-// switch, one process, two threads, each way's fastest distance, medians of seven calls, against
-// asking for nothing: `max0` 28.6 -> 18.5 ms (scatterx 22.0), `max0_i32` 25.0 -> 19.3 (19.7),
-// `max0_f16` 23.9 -> 14.2 (19.3), `gather_max0` 27.4 -> 17.5 (10.3), `vjp_max` 53.4 -> 31.8
-// (63.1), `hist_add`'s reader way 30.1 -> 23.2 (12.6); 2048 bytes ahead as 1024, 4096 slower
-// (`max0` 19.2 / 19.1 / 21.5).
+// since the misses at random targets leave the hardware prefetcher behind (our reading). Until
+// stop 59 the walk left its streams to the hardware, and was slower than scatterx itself in the
+// cases of single random elements (`gather_max0`'s still is; why is open). Stop 59, the Intel
+// virtual machine (family 6 model 167), one build with a switch, one process, two threads, each
+// case's fastest way, medians of five calls, two rounds, against asking for nothing: `max0`
+// 28.6 -> 18.5 ms (scatterx 22.0), `max0_i32` 25.0 -> 19.3 (19.7), `max0_f16` 23.9 -> 14.2
+// (19.3), `gather_max0` 27.4 -> 17.5 (10.3), `vjp_max` 53.4 -> 31.8 (63.1), `hist_add`'s reader
+// way 30.1 -> 23.2 (12.6); 2048 bytes ahead as 1024, 4096 slower (`max0` 19.2 / 19.1 / 21.5,
+// medians of seven calls, three rounds).
 inline constexpr int64_t kProbeStreamAheadBytes = 1024;
 
 // The end of the stream's share of positions [0, k) (of n positions, stream_bytes long).
