@@ -105,8 +105,8 @@ template <class P> struct TouchRange {
                 // share of its positions (see kProbeStreamAheadBytes).
                 __builtin_prefetch(pos + k + far);
                 if (!written && sbytes > 0) {
-                    const int64_t to = share_end(std::min(hi, k + far + per_line));
-                    for (int64_t a = share_end(k + far) & ~int64_t(63); a < to; a += 64) __builtin_prefetch(stream + a);
+                    const int64_t from = share_end(k + far);
+                    prefetch_lines(stream + from, share_end(std::min(hi, k + far + per_line)) - from);
                 }
             }
             if (k + ahd < hi) {
