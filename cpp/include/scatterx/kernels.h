@@ -995,7 +995,13 @@ template <class T, class I, Reduction R> struct ScatterBlock {
     }
 };
 
-// dst[k] = R(dst[k], up[k]) for k < count: one target row, contiguous (vectorisable).
+// dst[k] = R(dst[k], up[k]) for k < count: one target row, contiguous (vectorisable). Float
+// adds and products go by 64- or 32-byte vectors where the CPU has them (arith_row_avx512,
+// arith_row_avx2), the rest by the compiler's baseline vectorisation. Stop 60, the Intel virtual
+// machine (family 6 model 167), one build with a switch, one process, two threads, eight rounds
+// of medians of nine calls, bits the same: baseline / AVX-512 / AVX2 mp_add 11.35 / 10.59 /
+// 10.42 ms, mp_add_i32 11.14 / 10.19 / 10.33, vjp_gather 11.30 / 10.32 / 10.55 (each vector
+// width faster than baseline in 8 of 8 rounds), mp_add_dense 20.97 / 20.92 / 20.94.
 template <class T, Reduction R> inline void apply_row(T* __restrict dst, const T* up, int64_t count) {
     int64_t done = 0;
 #ifdef SCATTERX_HAVE_F16C_PATH
@@ -1005,6 +1011,11 @@ template <class T, Reduction R> inline void apply_row(T* __restrict dst, const T
     }
     if constexpr (std::is_same_v<T, bfloat16> && R == Reduction::add)
         if (cpu_has_avx2()) done = add_bf16_avx2(dst, up, count);
+    if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, double>) &&
+                  (R == Reduction::add || R == Reduction::mul)) {
+        if (cpu_has_avx512f()) done = arith_row_avx512<T, R == Reduction::mul>(dst, up, count);
+        else if (cpu_has_avx2()) done = arith_row_avx2<T, R == Reduction::mul>(dst, up, count);
+    }
 #endif
     for (int64_t k = done; k < count; ++k) Reducer<R>::apply(dst[k], up[k]);
 }
