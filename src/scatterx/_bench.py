@@ -330,7 +330,10 @@ def compare(case: Case, exact: bool, ours: tuple[np.ndarray, ...], theirs: tuple
     return None
 
 
-_PROBE_AHEAD = (8, 32, 128)  # prefetch distances the probe tries, in accesses
+# Prefetch distances the probe tries, in accesses. 0 asks for none, and then a walk by ranges
+# that reads one line per access reads its positions by vector gathers where the CPU has
+# AVX-512F (probe.h, TouchRange::gathered; since stop 60).
+_PROBE_AHEAD = (0, 8, 32, 128)
 _HUGE_PAGE = 2 << 20  # bytes of a transparent huge page on x86-64
 
 
@@ -369,7 +372,8 @@ def pages_of_their_own(nbytes: int) -> np.ndarray:
 @dataclass(frozen=True)
 class ProbeWay:
     """One configuration of the probe: `threads` sharing the accesses by `split` (one of
-    `Touches.splits`, or "ranges" on one thread), each prefetching `ahead` accesses ahead."""
+    `Touches.splits`, or "ranges" on one thread), each prefetching `ahead` accesses ahead (0:
+    none, see `_PROBE_AHEAD`)."""
 
     threads: int
     split: str
@@ -382,7 +386,8 @@ class ProbeWay:
         return self.threads > 1 and self.split != "reader"
 
     def describe(self) -> str:
-        return f"{self.threads} thread{'s' if self.threads > 1 else ''}, {self.split}, {self.ahead} ahead"
+        ahead = f"{self.ahead} ahead" if self.ahead else "none ahead"
+        return f"{self.threads} thread{'s' if self.threads > 1 else ''}, {self.split}, {ahead}"
 
 
 @dataclass(frozen=True)

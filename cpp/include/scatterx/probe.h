@@ -67,6 +67,8 @@ template <class P> struct TouchRange {
     const char* ranged = nullptr;
     int64_t ranged_bytes = 0;
     bool non_temporal = false;
+    // Reads of one line per access by vector gathers (see gathered), where `ahead` is 0.
+    bool gathers = false;
 
     // With `progress`, the walk publishes how far it got every kProgressStep positions, for a
     // thread that reads ahead of it (read_ahead, as the one-fiber scatter does).
@@ -89,7 +91,9 @@ template <class P> struct TouchRange {
         char* const out = const_cast<char*>(stream);
         int64_t s = written ? (share_end(lo) + 63) & ~int64_t(63) : share_end(lo) & ~int64_t(63);
         constexpr int64_t far = kProbeStreamAheadBytes / int64_t(sizeof(P)), per_line = 64 / int64_t(sizeof(P));
-        for (int64_t k = lo; k < hi; ++k) {
+        // The walk's stream for the block of positions that starts at k, and its positions and
+        // stream asked for ahead at each new line of positions.
+        auto stream_step = [&](int64_t k) {
             if ((k & (kStreamBlock - 1)) == 0 || k == lo) {
                 // The stream's share of the block of positions that starts here, a line at a time.
                 const int64_t to = share_end(std::min(hi, (k | (kStreamBlock - 1)) + 1));
@@ -109,7 +113,24 @@ template <class P> struct TouchRange {
                     prefetch_lines(stream + from, share_end(std::min(hi, k + far + per_line)) - from);
                 }
             }
-            if (k + ahd < hi) {
+        };
+        int64_t k = lo;
+#if defined(__x86_64__)
+        if constexpr (!Write && OneLine) {
+            if (gathers && ahd == 0) {
+                // Whole blocks of kStreamBlock positions by vector gathers (gathered); the
+                // positions before the first and after the last by the loop below.
+                const int64_t first = std::min(hi, (lo + kStreamBlock - 1) & ~(kStreamBlock - 1));
+                const int64_t last_block = hi & ~(kStreamBlock - 1);
+                for (; k < first; ++k) stream_step(k), sum += touch_one(tab, pos[k], lst);
+                if (k < last_block) sum += gathered(tab, pos, k, last_block, lst, stream_step);
+                k = std::max(k, last_block);
+            }
+        }
+#endif
+        for (; k < hi; ++k) {
+            stream_step(k);
+            if (ahd > 0 && k + ahd < hi) {
                 const char* q = tab + std::min(uint64_t(int64_t(pos[k + ahd])), lst);
                 for (int64_t l = 0; l < nl; ++l) __builtin_prefetch(q + 64 * l, Write);
             }
@@ -166,7 +187,7 @@ template <class P> struct TouchRange {
         for (int64_t k = 0; k < count; ++k) {
             // The stream too is asked for ahead: a thread's part of it is not one sequence that
             // the hardware prefetcher follows from a single load (its lines come in pieces).
-            if (k + ahd < count) {
+            if (ahd > 0 && k + ahd < count) {
                 const uint64_t q = std::min(uint64_t(int64_t(pos[k + ahd])), lst);
                 for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(tab + q + 64 * l, Write);
                 if (sbytes > 0) {
@@ -245,7 +266,7 @@ template <class P> struct TouchRange {
             const int64_t rb0 = ranged_at(b0), rb1 = ranged_at(b1);
             for (int64_t i = 0; i < listed; ++i) {
                 if (rs) read_ranged(rb0 + (rb1 - rb0) * i / listed);
-                if (i + ahd < m) {
+                if (ahd > 0 && i + ahd < m) {
                     const uint64_t q = qs[i + ahd];
                     for (int64_t l = 0; l < nl; ++l) __builtin_prefetch(tab + q + 64 * l, Write);
                     if (sbytes > 0) {
@@ -274,6 +295,51 @@ template <class P> struct TouchRange {
         }
         return sum + rsum;
     }
+
+    // The byte at position q of the table (clamped to `last`), read.
+    static uint8_t touch_one(const char* tab, P q, uint64_t last) {
+        return uint8_t(*static_cast<const volatile char*>(tab + std::min(uint64_t(int64_t(q)), last)));
+    }
+#if defined(__x86_64__)
+    // The sum of the bytes at positions [k0, k1) of the table (each clamped to `last`; k0 and
+    // k1 multiples of kStreamBlock), read by vector gathers, each the aligned 4 bytes that hold
+    // its byte (of the same line), with step(k) (the stream's share) before each block of
+    // kStreamBlock positions at k: eight or sixteen reads per instruction, where the scalar
+    // walk spends a dozen instructions on each, and its misses in flight are bounded by how
+    // many of those the core holds at once (our reading). For the reads of single random
+    // elements (`gather_max0`), whose scalar walks were all slower than scatterx's gather loop
+    // (stop 59). Only where the table's size is a multiple of 4 (touch_lines), so that no read
+    // passes its end.
+    template <class Step>
+    __attribute__((target("avx512f"))) static uint64_t gathered(const char* tab, const P* pos, int64_t k0, int64_t k1,
+                                                                uint64_t last, Step&& step) {
+        static_assert(kStreamBlock == 16, "two vectors of 8 or one of 16 positions");
+        __m512i sum = _mm512_setzero_si512();
+        const __m512i byte = _mm512_set1_epi32(0xff), three = _mm512_set1_epi32(3);
+        const __m512i align32 = _mm512_set1_epi32(~3), last32 = _mm512_set1_epi32(int32_t(last));
+        const __m512i align64 = _mm512_set1_epi64(~int64_t(3)), last64 = _mm512_set1_epi64(int64_t(last));
+        for (int64_t k = k0; k < k1; k += kStreamBlock) {
+            step(k);
+            if constexpr (sizeof(P) == 8) {
+                for (int h = 0; h < 2; ++h) {
+                    const __m512i q = _mm512_min_epu64(_mm512_loadu_si512(pos + k + 8 * h), last64);
+                    const __m256i words = _mm512_i64gather_epi32(_mm512_and_si512(q, align64), tab, 1);
+                    const __m256i shift = _mm256_slli_epi32(
+                        _mm256_and_si256(_mm512_cvtepi64_epi32(q), _mm512_castsi512_si256(three)), 3);
+                    const __m256i b = _mm256_and_si256(_mm256_srlv_epi32(words, shift), _mm512_castsi512_si256(byte));
+                    sum = _mm512_add_epi64(sum, _mm512_cvtepu32_epi64(b));
+                }
+            } else {
+                const __m512i q = _mm512_min_epu32(_mm512_loadu_si512(pos + k), last32);
+                const __m512i words = _mm512_i32gather_epi32(_mm512_and_si512(q, align32), tab, 1);
+                const __m512i b = _mm512_and_si512(_mm512_srlv_epi32(words, _mm512_slli_epi32(_mm512_and_si512(q, three), 3)), byte);
+                sum = _mm512_add_epi64(sum, _mm512_add_epi64(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(b)),
+                                                             _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(b, 1))));
+            }
+        }
+        return uint64_t(_mm512_reduce_add_epi64(sum));
+    }
+#endif
 
     // `bytes` (at most 64) of zeros from p, p 64-byte aligned relative to the stream: by four
     // 16-byte streaming stores when the line is whole and aligned, else by plain stores.
@@ -322,7 +388,9 @@ enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3, ch
 // into the table (never out of bounds). Returns a value computed from the bytes read, so that
 // the reads cannot be dropped.
 // Accesses are prefetched `ahead` positions before they are made (the best distance depends on
-// the pattern and the machine: the caller tries several). A walk by ranges (and the one walk of
+// the pattern and the machine: the caller tries several); with `ahead` 0 none is, and a walk by
+// ranges that reads one line per access reads whole blocks of positions by vector gathers where
+// the CPU has AVX-512F (TouchRange::gathered; since stop 60). A walk by ranges (and the one walk of
 // `reader`, and of one thread) asks for its positions, and for the stream it reads, a fixed
 // distance ahead (kProbeStreamAheadBytes); the walks of the other splits ask for their streams
 // `ahead` positions ahead.
@@ -374,9 +442,12 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
     // table, or one touching all while the other read ahead, were never faster than ranges).
     const bool ranges = split == TouchSplit::ranges;
     const int parts = int(std::min<int64_t>(ThreadPool::instance().num_threads(), std::max<int64_t>(1, n / kTouchGrain)));
-    const TouchRange<P> walk{table, uint64_t(nbytes - span), positions, n, (span + 63) / 64,
-                             std::max<int64_t>(1, ahead), stream, stream_bytes, span - 1,
+    TouchRange<P> walk{table, uint64_t(nbytes - span), positions, n, (span + 63) / 64,
+                             std::max<int64_t>(0, ahead), stream, stream_bytes, span - 1,
                              stream_written && stream_bytes > 0 && ranges};
+#if defined(__x86_64__)
+    walk.gathers = cpu_has_avx512f() && nbytes % 4 == 0;
+#endif
     TouchRange<P> again = walk;
     if (then) again.stream_written = then->stream_written && stream_bytes > 0;
     auto one_pass = [&](const TouchRange<P>& wk, bool wr, int64_t lo, int64_t hi, std::atomic<int64_t>* progress) {
