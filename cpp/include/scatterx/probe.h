@@ -309,7 +309,7 @@ template <class P> struct TouchRange {
     // many of those the core holds at once (our reading). For the reads of single random
     // elements (`gather_max0`), whose scalar walks were all slower than scatterx's gather loop
     // (stop 59). Only where the table's size is a multiple of 4 (touch_lines), so that no read
-    // passes its end.
+    // passes its end, and with int32 positions for a table of at most INT32_MAX bytes.
     template <class Step>
     __attribute__((target("avx512f"))) static uint64_t gathered(const char* tab, const P* pos, int64_t k0, int64_t k1,
                                                                 uint64_t last, Step&& step) {
@@ -446,7 +446,8 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
                              std::max<int64_t>(0, ahead), stream, stream_bytes, span - 1,
                              stream_written && stream_bytes > 0 && ranges};
 #if defined(__x86_64__)
-    walk.gathers = cpu_has_avx512f() && nbytes % 4 == 0;
+    // int32 positions gather by int32 offsets: only for a table they can clamp into.
+    walk.gathers = cpu_has_avx512f() && nbytes % 4 == 0 && (sizeof(P) == 8 || nbytes <= INT32_MAX);
 #endif
     TouchRange<P> again = walk;
     if (then) again.stream_written = then->stream_written && stream_bytes > 0;
