@@ -564,6 +564,16 @@ def test_the_probe_of_a_materialised_index_reads_it_by_ranges_in_the_checked_way
     assert sx.get_num_threads() == 2
 
 
+def _ahead_words(ahead: int) -> str:
+    # How a probe way names its prefetch distance: 0 asks for nothing ahead.
+    return f"{ahead} ahead" if ahead else "none ahead"
+
+
+def test_a_probe_way_names_its_distance():
+    assert _bench.ProbeWay(2, "ranges", 32).describe() == "2 threads, ranges, 32 ahead"
+    assert _bench.ProbeWay(1, "ranges", 0).describe() == "1 thread, ranges, none ahead"
+
+
 def test_the_probe_shares_ordered_targets_only_in_the_ways_a_kernel_may(monkeypatch):
     import scatterx as sx
     from scatterx import _core
@@ -596,12 +606,12 @@ def test_the_probe_shares_ordered_targets_only_in_the_ways_a_kernel_may(monkeypa
         assert sleep_ms[shared_split] <= floor.shared_ms < sleep_ms[shared_split] + 2
         assert (floor.shared_way.threads, floor.shared_way.split) == (2, shared_split)
         assert floor.shared_way.ahead in _bench._PROBE_AHEAD
-        assert floor.shared_way.describe() == f"2 threads, {shared_split}, {floor.shared_way.ahead} ahead"
+        assert floor.shared_way.describe() == f"2 threads, {shared_split}, {_ahead_words(floor.shared_way.ahead)}"
     calls.clear()
     c = next(c for c in CASES if c.name == "mp_add")
     alone = _bench.probe_floor(touches(c, build_inputs(c, quick=True)), SETTINGS)  # one thread
     assert alone.shared_ms is None and alone.shared_way is None
-    assert alone.way.describe() == f"1 thread, ranges, {alone.way.ahead} ahead"
+    assert alone.way.describe() == f"1 thread, ranges, {_ahead_words(alone.way.ahead)}"
     assert {(n, split) for n, split, _ in calls} == {(1, "ranges")}
     assert _bench.probe_floor(None, two) == _bench.ProbeFloor()  # the latency cases
 
