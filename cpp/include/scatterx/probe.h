@@ -332,7 +332,8 @@ template <class P> struct TouchRange {
             } else {
                 const __m512i q = _mm512_min_epu32(_mm512_loadu_si512(pos + k), last32);
                 const __m512i words = _mm512_i32gather_epi32(_mm512_and_si512(q, align32), tab, 1);
-                const __m512i b = _mm512_and_si512(_mm512_srlv_epi32(words, _mm512_slli_epi32(_mm512_and_si512(q, three), 3)), byte);
+                const __m512i shift = _mm512_slli_epi32(_mm512_and_si512(q, three), 3);
+                const __m512i b = _mm512_and_si512(_mm512_srlv_epi32(words, shift), byte);
                 sum = _mm512_add_epi64(sum, _mm512_add_epi64(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(b)),
                                                              _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(b, 1))));
             }
@@ -443,8 +444,8 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
     const bool ranges = split == TouchSplit::ranges;
     const int parts = int(std::min<int64_t>(ThreadPool::instance().num_threads(), std::max<int64_t>(1, n / kTouchGrain)));
     TouchRange<P> walk{table, uint64_t(nbytes - span), positions, n, (span + 63) / 64,
-                             std::max<int64_t>(0, ahead), stream, stream_bytes, span - 1,
-                             stream_written && stream_bytes > 0 && ranges};
+                       std::max<int64_t>(0, ahead), stream, stream_bytes, span - 1,
+                       stream_written && stream_bytes > 0 && ranges};
 #if defined(__x86_64__)
     // int32 positions gather by int32 offsets: only for a table they can clamp into.
     walk.gathers = cpu_has_avx512f() && nbytes % 4 == 0 && (sizeof(P) == 8 || nbytes <= INT32_MAX);

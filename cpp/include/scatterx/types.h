@@ -291,7 +291,8 @@ inline bool cpu_has_avx2() {
 // NaN when both are NaN). Returns how many elements it did. The compiler's own vectorisation of
 // the element loop is baseline x86-64's, 16 bytes at a time; a row of the message-passing case
 // (64 float32) is four 64-byte vectors. Measured in apply_row, their caller.
-template <class T, bool Mul> __attribute__((target("avx512f"))) inline int64_t arith_row_avx512(T* dst, const T* src, int64_t n) {
+template <class T, bool Mul>
+__attribute__((target("avx512f"))) inline int64_t arith_row_avx512(T* dst, const T* src, int64_t n) {
     int64_t k = 0;
     if constexpr (std::is_same_v<T, float>) {
         for (; k + 16 <= n; k += 16) {
@@ -306,7 +307,8 @@ template <class T, bool Mul> __attribute__((target("avx512f"))) inline int64_t a
     }
     return k;
 }
-template <class T, bool Mul> __attribute__((target("avx2"))) inline int64_t arith_row_avx2(T* dst, const T* src, int64_t n) {
+template <class T, bool Mul>
+__attribute__((target("avx2"))) inline int64_t arith_row_avx2(T* dst, const T* src, int64_t n) {
     int64_t k = 0;
     if constexpr (std::is_same_v<T, float>) {
         for (; k + 8 <= n; k += 8) {
