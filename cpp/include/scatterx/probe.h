@@ -32,13 +32,14 @@ inline constexpr int64_t kRangedAhead = 2048;
 // ahead of the random targets as well (kGatherIndexAheadBytes, kRowStreamAhead, kStreamRows),
 // since the misses at random targets leave the hardware prefetcher behind (our reading). Until
 // stop 59 the walk left its streams to the hardware, and was slower than scatterx itself in the
-// cases of single random elements (`gather_max0`'s still is; why is open). Stop 59, the Intel
-// virtual machine (family 6 model 167), one build with a switch, one process, two threads, each
-// case's fastest way, medians of five calls, two rounds, against asking for nothing: `max0`
-// 28.6 -> 18.5 ms (scatterx 22.0), `max0_i32` 25.0 -> 19.3 (19.7), `max0_f16` 23.9 -> 14.2
-// (19.3), `gather_max0` 27.4 -> 17.5 (10.3), `vjp_max` 53.4 -> 31.8 (63.1), `hist_add`'s reader
-// way 30.1 -> 23.2 (12.6); 2048 bytes ahead as 1024, 4096 slower (`max0` 19.2 / 19.1 / 21.5,
-// medians of seven calls, three rounds).
+// cases of single random elements (`gather_max0`'s scalar walk still is; since stop 60, where it
+// asks for nothing ahead, the walk reads such elements by vector gathers: TouchRange::gathered).
+// Stop 59, the Intel virtual machine (family 6 model 167), one build with a switch, one process,
+// two threads, each case's fastest way, medians of five calls, two rounds, against asking for
+// nothing: `max0` 28.6 -> 18.5 ms (scatterx 22.0), `max0_i32` 25.0 -> 19.3 (19.7), `max0_f16`
+// 23.9 -> 14.2 (19.3), `gather_max0` 27.4 -> 17.5 (10.3), `vjp_max` 53.4 -> 31.8 (63.1),
+// `hist_add`'s reader way 30.1 -> 23.2 (12.6); 2048 bytes ahead as 1024, 4096 slower (`max0` 19.2
+// / 19.1 / 21.5, medians of seven calls, three rounds).
 inline constexpr int64_t kProbeStreamAheadBytes = 1024;
 
 // The end of the stream's share of positions [0, k) (of n positions, stream_bytes long).
@@ -115,33 +116,35 @@ template <class P> struct TouchRange {
             }
         };
         int64_t k = lo;
+        // Positions from k up to `to`, one at a time.
+        auto walk_to = [&](int64_t to) {
+            for (; k < to; ++k) {
+                stream_step(k);
+                if (ahd > 0 && k + ahd < hi) {
+                    const char* q = tab + std::min(uint64_t(int64_t(pos[k + ahd])), lst);
+                    for (int64_t l = 0; l < nl; ++l) __builtin_prefetch(q + 64 * l, Write);
+                }
+                char* p = tab + std::min(uint64_t(int64_t(pos[k])), lst);
+                for (int64_t l = 0; l < nl; ++l) {
+                    volatile char* b = p + std::min<int64_t>(64 * l, end);
+                    const char v = *b;
+                    sum += uint8_t(v);
+                    if constexpr (Write) *b = v;
+                }
+            }
+        };
 #if defined(__x86_64__)
         if constexpr (!Write && OneLine) {
             if (gathers && ahd == 0) {
                 // Whole blocks of kStreamBlock positions by vector gathers (gathered); the
-                // positions before the first and after the last by the loop below.
-                const int64_t first = std::min(hi, (lo + kStreamBlock - 1) & ~(kStreamBlock - 1));
+                // positions before the first and after the last one at a time.
+                walk_to(std::min(hi, (lo + kStreamBlock - 1) & ~(kStreamBlock - 1)));
                 const int64_t last_block = hi & ~(kStreamBlock - 1);
-                for (; k < first; ++k) stream_step(k), sum += touch_one(tab, pos[k], lst);
-                if (k < last_block) sum += gathered(tab, pos, k, last_block, lst, stream_step);
-                k = std::max(k, last_block);
+                if (k < last_block) sum += gathered(tab, pos, k, last_block, lst, stream_step), k = last_block;
             }
         }
 #endif
-        for (; k < hi; ++k) {
-            stream_step(k);
-            if (ahd > 0 && k + ahd < hi) {
-                const char* q = tab + std::min(uint64_t(int64_t(pos[k + ahd])), lst);
-                for (int64_t l = 0; l < nl; ++l) __builtin_prefetch(q + 64 * l, Write);
-            }
-            char* p = tab + std::min(uint64_t(int64_t(pos[k])), lst);
-            for (int64_t l = 0; l < nl; ++l) {
-                volatile char* b = p + std::min<int64_t>(64 * l, end);
-                const char v = *b;
-                sum += uint8_t(v);
-                if constexpr (Write) *b = v;
-            }
-        }
+        walk_to(hi);
         if (written) stream_fence();
         return sum;
     }
@@ -296,10 +299,6 @@ template <class P> struct TouchRange {
         return sum + rsum;
     }
 
-    // The byte at position q of the table (clamped to `last`), read.
-    static uint8_t touch_one(const char* tab, P q, uint64_t last) {
-        return uint8_t(*static_cast<const volatile char*>(tab + std::min(uint64_t(int64_t(q)), last)));
-    }
 #if defined(__x86_64__)
     // The sum of the bytes at positions [k0, k1) of the table (each clamped to `last`; k0 and
     // k1 multiples of kStreamBlock), read by vector gathers, each the aligned 4 bytes that hold
