@@ -146,16 +146,17 @@ def test_float16_row_add_special_values():
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
 def test_row_adds_agree_with_element_adds_bit_for_bit(dtype):
     """Rows of one target of float16 and bfloat16 are added by hand-written vector code (float16:
-    AVX-512F sixteen at a time, F16C eight; bfloat16: AVX2 sixteen and eight at a time), where
-    the CPU has it; the same adds along the last axis go element by element. Random bit
-    patterns (NaNs of both signs and with payloads, infinities, subnormals) must come out the
-    same bits both ways, NaN signs included, 72 columns: 64 in vectors of 16 and a tail of 8. (float32's vector adds, which the compiler
-    writes, may give a NaN plus a NaN the other operand's payload: payloads are outside the
-    bitwise promise, as in test_fuzz.py.)"""
+    AVX-512F sixteen at a time, F16C eight; bfloat16: AVX-512BW thirty-two at a time, AVX2
+    sixteen and eight), where the CPU has it; the same adds along the last axis go element by
+    element. Random bit patterns (NaNs of both signs and with payloads, infinities, subnormals)
+    must come out the same bits both ways, NaN signs included, 88 columns: for bfloat16 two
+    vectors of 32, one of 16 and one of 8; for float16 five of 16 and one of 8. (float32's
+    vector adds, which the compiler writes, may give a NaN plus a NaN the other operand's
+    payload: payloads are outside the bitwise promise, as in test_fuzz.py.)"""
     rng = np.random.default_rng(8)
     width = np.uint16
-    data = rng.integers(0, np.iinfo(width).max, (40, 72), dtype=width, endpoint=True).view(dtype)
-    updates = rng.integers(0, np.iinfo(width).max, (3000, 72), dtype=width, endpoint=True).view(dtype)
+    data = rng.integers(0, np.iinfo(width).max, (40, 88), dtype=width, endpoint=True).view(dtype)
+    updates = rng.integers(0, np.iinfo(width).max, (3000, 88), dtype=width, endpoint=True).view(dtype)
     rows = rng.integers(0, 40, 3000)
     with np.errstate(all="ignore"):
         by_rows = sx.scatter_elements(data, np.broadcast_to(rows[:, None], updates.shape), updates, 0, "add")

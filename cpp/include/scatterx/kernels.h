@@ -1009,8 +1009,10 @@ template <class T, Reduction R> inline void apply_row(T* __restrict dst, const T
         if (cpu_has_avx512f()) done = add_f16_avx512(dst, up, count);
         if (cpu_has_f16c()) done += add_f16_f16c(dst + done, up + done, count - done);
     }
-    if constexpr (std::is_same_v<T, bfloat16> && R == Reduction::add)
-        if (cpu_has_avx2()) done = add_bf16_avx2(dst, up, count);
+    if constexpr (std::is_same_v<T, bfloat16> && R == Reduction::add) {
+        if (cpu_has_avx512bw()) done = add_bf16_avx512(dst, up, count);
+        if (cpu_has_avx2()) done += add_bf16_avx2(dst + done, up + done, count - done);
+    }
     if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, double>) &&
                   (R == Reduction::add || R == Reduction::mul)) {
         if (cpu_has_avx512f()) done = arith_row_avx512<T, R == Reduction::mul>(dst, up, count);
