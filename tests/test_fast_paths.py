@@ -422,9 +422,10 @@ def _scatter_both_ways(data, indices, updates, reduction, want):
 def test_broadcast_index_rows_split_by_destination(dtype, reduction):
     """A stride-0 index row (the expanded index of message passing as a broadcast view) lets the
     threads split the target rows instead of the columns: each applies whole rows, in order,
-    to its own targets. Against ufunc.at bit for bit and against one thread, for 2 and 3
-    threads, negative indices, the fused copy and the separate one (index narrower than data),
-    out=data, and a bad index."""
+    to its own targets; one thread, on a large call, lists and applies all rows the same way.
+    Against ufunc.at bit for bit and against one thread, for 2 and 3 threads, negative indices,
+    the fused copy and the separate one (index narrower than data), out=data, and a bad index
+    on 1, 2 and 3 threads (with out=data, nothing written)."""
     rng = np.random.default_rng(23)
     data = (rng.standard_normal((3000, 40)) * 3).astype(dtype)
     rows = rng.integers(-3000, 3000, 20000)
@@ -436,15 +437,18 @@ def test_broadcast_index_rows_split_by_destination(dtype, reduction):
                 updates = (1 + rng.standard_normal((20000, width)) / 50).astype(dtype)
             indices = np.broadcast_to(rows[:, None], updates.shape)
             want = _sequential_axis0(data, indices, updates, reduction)
+            bad = rows.copy()
+            bad[15000] = 3000
             results = []
             for threads in (1, 2, 3):
                 sx.set_num_threads(threads)
                 results.append(_scatter_both_ways(data, indices, updates, reduction, want))
-            bad = rows.copy()
-            bad[15000] = 3000
-            with pytest.raises(IndexError, match=r"index 3000 at indices\[15000, 0\]"):
-                sx.scatter_elements(data, np.broadcast_to(bad[:, None], updates.shape), updates, axis=0,
-                                    reduction=reduction)
+                out = data.copy()
+                for target in (None, out):
+                    with pytest.raises(IndexError, match=r"index 3000 at indices\[15000, 0\]"):
+                        sx.scatter_elements(data if target is None else out, np.broadcast_to(bad[:, None], updates.shape),
+                                            updates, axis=0, reduction=reduction, out=target)
+                np.testing.assert_array_equal(out.view(np.uint8), data.view(np.uint8))  # nothing written
     finally:
         sx.set_num_threads(previous)
 

@@ -1554,7 +1554,16 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
     constexpr int64_t N = sizeof(T);
     // Rows of one target each: a stride-0 index row, or a contiguous index whose first chunk of
     // rows holds one value a row (a random index fails at its first row's second element).
-    if (axis_outer && g.s.ndim == 2 && fparts > 1 && fs.f.stride[0][0] == N && fs.f.stride[2][0] == N &&
+    // On one thread too, for a large call with a stride-0 index row: the one thread then lists
+    // and applies every row, asking for them kOwnAheadBytes ahead, as each of several threads
+    // does for its own. Stop 61, the Intel virtual machine (family 6 model 167), one build with
+    // a switch, one process, one thread, eight rounds of medians of nine calls, bits the same:
+    // scatter_rows' walk (below) / this one: mp_add_bf16 17.20 / 11.36 ms, mp_add 18.71 / 17.62,
+    // mp_add_i32 18.38 / 16.43, vjp_gather 18.11 / 16.94 (faster in 8 of 8 each); six rounds:
+    // mp_add_f16 10.97 / 8.02. mp_add_dense, a contiguous index, 33.80 / 34.08 (0 of 8) keeps
+    // the walk below. (An earlier set of eight rounds had mp_add at 16.68 / 16.92, 0 of 8.)
+    const bool list_rows = fparts > 1 || (fs.f.stride[1][0] == 0 && fs.nfib * fs.na >= kParallelGrain);
+    if (axis_outer && g.s.ndim == 2 && list_rows && fs.f.stride[0][0] == N && fs.f.stride[2][0] == N &&
         (fs.f.stride[1][0] == 0 ||
          (fs.f.stride[1][0] == int64_t(sizeof(I)) &&
           all_equal<I>(indices, fs.nfib, int64_t(sizeof(I))) &&
