@@ -395,8 +395,13 @@ def test_touches_are_the_targets_in_visiting_order():
     # Fibers of float adds or products keep their order: no thread takes a range of positions
     # that cuts one (one fiber; the columns of the message-passing rows). The middle-axis
     # product's fibers come whole in each half of its positions (the halves meet between slabs).
+    # So do the backward of a gather (the output gradient added into the data gradient) and of
+    # a product along an outermost axis (its running products at the targets).
     ordered = {c.name for c in CASES if c.has_bound and touches(*case(c.name)).ordered}
-    assert ordered == {"hist_add", "hist_add_i32", "mp_add", "mp_add_f16", "mp_add_bf16", "mp_add_i32", "mp_add_dense"}
+    assert ordered == {"hist_add", "hist_add_i32", "mp_add", "mp_add_f16", "mp_add_bf16", "mp_add_i32", "mp_add_dense",
+                       "vjp_gather", "vjp_mul_long"}
+    assert touches(*case("vjp_gather")).splits == ("reader", "targets", "lines")
+    assert touches(*case("vjp_mul")).splits == ("ranges",)  # a middle axis: slabs
     # The materialised expanded index visits the same whole rows (scatterx applies them whole),
     # and a scatter reads all of it beside the updates: no kernel knows a row holds one value
     # before it has read the row. A gather's stream is its result, which leaves the index out.

@@ -308,13 +308,18 @@ class Touches:
 def _splits(case: Case, data: np.ndarray, indices: np.ndarray, span: int) -> tuple[str, ...]:
     """How threads may share the accesses of `case` (`Touches.splits`). Float adds and products
     depend on their order (integer ones wrap around whatever their order; max and min do not
-    depend on it; "none" keeps the last writer, which a split can find). Their fibers lie in
+    depend on it; "none" keeps the last writer, which a split can find): the forward "add" and
+    "mul", the backward of a gather (the output gradient added into the data gradient at the
+    targets, as a scatter "add") and the backward of "mul" (the running products at the
+    targets; until stop 61 these two backwards were shared by ranges, a split that no kernel
+    keeping the order may take, and their floors were too low). Their fibers lie in
     blocks along the positions, one block per coordinate before the axis: with one block (the
     axis outermost: a 1-D histogram, the message-passing rows) a range of positions cuts every
     fiber; with several (a middle axis: one slab each) the cases' ranges meet between blocks.
     Accesses of several lines (a row of fibers) can also be split by lines."""
+    sums = {"scatter": case.reduction in ("add", "mul"), "gather_vjp": True, "scatter_vjp": case.reduction == "mul"}
     ordered = (
-        case.op == "scatter" and case.reduction in ("add", "mul")
+        sums.get(case.op, False)
         and not np.issubdtype(data.dtype, np.integer) and math.prod(indices.shape[:case.axis]) == 1
     )
     if not ordered:
