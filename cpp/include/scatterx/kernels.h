@@ -550,7 +550,12 @@ inline constexpr int64_t kOwnAhead = 16;   // a thread's own rows asked for ahea
 // 3.31 -> 2.87 (8 of 8; 6144 / 8192 / 12288 bytes 2.88 / 2.96 / 2.91); mp_add_bf16 3.77 -> 3.33
 // (6 of 8), 3.30 -> 3.02 (6 of 8; 3.14 / 3.29 / 3.22); mp_add (256 bytes) 24 / 32 / 48 rows
 // 4.91 / 4.97 / 4.90 against 4.96 with 16, within the rounds' spread (16 rows again: 4.96
-// against 5.18, faster in 6 of 8).
+// against 5.18, faster in 6 of 8). On Intel's CPUs half as far (own_ahead_bytes): stop 61, the
+// Intel virtual machine (family 6 model 167), one build with a switch, one process, two
+// threads, rounds of medians of nine calls, bits the same, 4096 / 2048 bytes: mp_add_f16 4.13 /
+// 3.98 ms (faster in 7 of 8 rounds), mp_add_bf16 4.23 / 4.09 (6 of 6) and 3.89 / 3.83 (7 of 8);
+// mp_add (rows of 256 bytes) 8 rows instead of 16: 9.86 / 9.85 (4 of 6) and 8.53 / 8.75 (4 of
+// 8), so no fewer than kOwnAhead rows as before; 24 or 32 rows slower (10.56, 11.24; 1 of 6).
 inline constexpr int64_t kOwnAheadBytes = 4096;
 inline constexpr int64_t kPrefetchAhead = 16;
 inline constexpr int64_t kCacheBytes = int64_t(2) << 20;
@@ -564,6 +569,9 @@ inline bool cpu_is_intel() {
     return false;
 #endif
 }
+
+// Bytes of a thread's own rows asked for ahead (see kOwnAheadBytes).
+inline int64_t own_ahead_bytes() { return cpu_is_intel() ? kOwnAheadBytes / 2 : kOwnAheadBytes; }
 
 // Whether lines read once in a large call (a materialised index's rows and their update rows in
 // scatter_by_target_rows, and its check, constant_rows) are asked for with the non-temporal hint:
@@ -1306,7 +1314,8 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
     for (int64_t c = 0; c < chunks; ++c) known[c].store(Chunk::unchecked, std::memory_order_relaxed);
     std::atomic<int64_t> claimed{0};  // chunks [0, claimed) are claimed for the check
     std::atomic<bool> bad{false};
-    const int64_t ahead = std::clamp<int64_t>(kOwnAheadBytes / std::max<int64_t>(1, width * N), kOwnAhead, 4 * kOwnAhead);
+    const int64_t ahead =
+        std::clamp<int64_t>(own_ahead_bytes() / std::max<int64_t>(1, width * N), kOwnAhead, 4 * kOwnAhead);
     ThreadPool::instance().run(parts, [&](int w, int nw) {
         int64_t lo, hi;
         std::tie(lo, hi) = split_range(size, w, nw);
@@ -1555,7 +1564,7 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
     // Rows of one target each: a stride-0 index row, or a contiguous index whose first chunk of
     // rows holds one value a row (a random index fails at its first row's second element).
     // On one thread too, for a large call with a stride-0 index row: the one thread then lists
-    // and applies every row, asking for them kOwnAheadBytes ahead, as each of several threads
+    // and applies every row, asking for them own_ahead_bytes() ahead, as each of several threads
     // does for its own. Stop 61, the Intel virtual machine (family 6 model 167), one build with
     // a switch, one process, one thread, eight rounds of medians of nine calls, bits the same:
     // scatter_rows' walk (below) / this one: mp_add_bf16 17.20 / 11.36 ms, mp_add 18.71 / 17.62,
