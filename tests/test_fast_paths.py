@@ -454,6 +454,26 @@ def test_broadcast_index_rows_split_by_destination(dtype, reduction):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("layout", ["contiguous", "rows_apart", "transposed"])
+def test_rows_of_one_target_copy_data_of_any_layout(restore_threads, threads, layout):
+    """The rows-of-one-target walk copies each thread's target rows of data first: in one piece
+    where the rows lie end to end, row by row where they do not (a slice of wider rows, a
+    transposed array). Bit for bit the sequential result, and data untouched."""
+    sx.set_num_threads(threads)
+    rng = np.random.default_rng(31)
+    wide = rng.standard_normal((3000, 48)).astype(np.float32)
+    data = {"contiguous": np.ascontiguousarray(wide[:, :40]), "rows_apart": wide[:, :40],
+            "transposed": np.ascontiguousarray(wide[:, :40].T).T}[layout]
+    before = data.copy()
+    updates = rng.standard_normal((20000, 40)).astype(np.float32)
+    rows = rng.integers(-3000, 3000, 20000)
+    indices = np.broadcast_to(rows[:, None], updates.shape)
+    got = sx.scatter_elements(data, indices, updates, axis=0, reduction="add")
+    np.testing.assert_array_equal(got.view(np.uint8), _sequential_axis0(before, indices, updates, "add").view(np.uint8))
+    np.testing.assert_array_equal(data, before)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.float64, np.complex128])
 @pytest.mark.parametrize("shape", ["fiber", "rows", "one_target_rows"])
 @pytest.mark.parametrize("misaligned", [False, True])

@@ -1321,7 +1321,13 @@ bool scatter_by_target_rows(const Geometry& g, const FiberSpace& fs, int parts, 
         std::tie(lo, hi) = split_range(size, w, nw);
         bool local_bad = false;
         int64_t own[2 * kOwnBlock], own_target[2 * kOwnBlock];
-        if (src)
+        // This thread's rows of data first: one copy where the rows of both lie end to end (stop
+        // 61, one build with a switch, one process, two threads, eight rounds of medians of nine
+        // calls, bits the same, row by row / one copy: mp_add 9.15 / 8.92 ms, faster in 6 of 8
+        // rounds; mp_add_bf16 4.25 / 4.13, 8 of 8; mp_add_f16 3.94 / 3.83, 5 of 8).
+        if (src && fs.f.stride[3][0] == N && g.axis_stride == width * N && g.src_axis_stride == width * N)
+            copy_run(out + lo * g.axis_stride, N, src + lo * g.src_axis_stride, N, (hi - lo) * width, N);
+        else if (src)
             for (int64_t a = lo; a < hi; ++a)
                 copy_run(out + a * g.axis_stride, N, src + a * g.src_axis_stride, fs.f.stride[3][0], width, N);
         // Whether this thread's work from row j on is enough to split.
