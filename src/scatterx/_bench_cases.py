@@ -317,9 +317,12 @@ def _splits(case: Case, data: np.ndarray, indices: np.ndarray, span: int) -> tup
     axis outermost: a 1-D histogram, the message-passing rows) a range of positions cuts every
     fiber; with several (a middle axis: one slab each) the cases' ranges meet between blocks.
     Accesses of several lines (a row of fibers) can also be split by lines."""
-    sums = {"scatter": case.reduction in ("add", "mul"), "gather_vjp": True, "scatter_vjp": case.reduction == "mul"}
+    # Whether the operation adds or multiplies floats at its targets, in the order of the updates.
+    accumulates = {
+        "scatter": case.reduction in ("add", "mul"), "gather_vjp": True, "scatter_vjp": case.reduction == "mul",
+    }
     ordered = (
-        sums.get(case.op, False)
+        accumulates.get(case.op, False)
         and not np.issubdtype(data.dtype, np.integer) and math.prod(indices.shape[:case.axis]) == 1
     )
     if not ordered:
