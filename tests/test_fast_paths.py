@@ -316,6 +316,95 @@ def test_one_long_fiber_with_a_reader_thread(threads, reduction, ahead):
         sx.set_num_threads(previous)
 
 
+def _sequential(data, indices, updates, reduction):
+    """The one-thread loop's result: NumPy's ufunc.at, or for "none" the last writer."""
+    want = data.copy()
+    positive = np.where(indices < 0, indices + data.shape[0], indices)
+    if reduction == "none":
+        targets, last = np.unique(positive[::-1], return_index=True)
+        want[targets] = updates[::-1][last]
+    else:
+        UFUNCS[reduction].at(want, positive, updates)
+    return want
+
+
+@pytest.mark.parametrize("vectors", [False, True])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max"])
+def test_one_long_fiber_split_by_targets(threads, reduction, vectors):
+    """A 1-D scatter into more targets than L1 holds (160 KB of float64), its indices random:
+    on two threads or more each thread applies the updates of its half of the targets, listed
+    eight at a time (`set_list_by_vectors`, where the CPU has AVX-512F) or one at a time. The
+    result is the sequential loop's bit for bit, for int64 and int32 indices, negative ones
+    among them, with a new output and with out=data; a bad index, in the first block or near
+    the end, is reported and leaves out unwritten. A sorted index and one whose updates crowd
+    into a few targets (which keep one thread) agree too."""
+    rng = np.random.default_rng(13)
+    size = 20000
+    n = (1 << 20) + 12347  # neither a multiple of the block nor of eight
+    data = rng.standard_normal(size)
+    indices = rng.integers(-size, size, n)
+    updates = rng.standard_normal(n)
+    crowded = np.minimum(rng.zipf(1.3, n) - 1, size - 1)
+    previous = sx.get_num_threads()
+    sx.set_num_threads(threads)
+    before = _core.set_list_by_vectors(vectors)
+    try:
+        for index in (indices, np.sort(indices), crowded):
+            want = _sequential(data, index, updates, reduction)
+            for width in (np.int64, np.int32):
+                got = sx.scatter_elements(data, index.astype(width), updates, reduction=reduction)
+                np.testing.assert_array_equal(got, want)
+            out = data.copy()
+            assert sx.scatter_elements(out, index, updates, reduction=reduction, out=out) is out
+            np.testing.assert_array_equal(out, want)
+        assert sx.scatter_elements(data.astype(np.float32), indices, updates.astype(np.float32),
+                                   reduction=reduction).tobytes() == _sequential(
+            data.astype(np.float32), indices, updates.astype(np.float32), reduction).tobytes()
+        for at, bad in ((5, size), (n - 7, -size - 1)):
+            wrong = indices.copy()
+            wrong[at] = bad
+            with pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
+                sx.scatter_elements(data, wrong, updates, reduction=reduction)
+            out = data.copy()
+            with pytest.raises(IndexError):
+                sx.scatter_elements(out, wrong.astype(np.int32), updates, reduction=reduction, out=out)
+            np.testing.assert_array_equal(out, data)
+    finally:
+        _core.set_list_by_vectors(before)
+        sx.set_num_threads(previous)
+
+
+def test_one_long_fiber_split_or_not_the_same_bits():
+    """The split by targets (`set_fiber_split`) against the fiber on one thread with a reader,
+    two threads, float16 adds with an int32 index and float64 products from a broadcast
+    source: the same bits either way."""
+    rng = np.random.default_rng(14)
+    size, n = 50000, (1 << 20) + 3
+    cases = [
+        (rng.standard_normal(size).astype(np.float16), rng.integers(0, size, n).astype(np.int32),
+         rng.standard_normal(n).astype(np.float16), "add"),
+        (np.broadcast_to(np.float64(1.5), (size,)), rng.integers(-size, size, n),
+         rng.uniform(0.5, 1.5, n), "mul"),
+    ]
+    previous = sx.get_num_threads()
+    sx.set_num_threads(2)
+    try:
+        for data, index, updates, reduction in cases:
+            got = {}
+            for split in (False, True):
+                before = _core.set_fiber_split(split)
+                try:
+                    got[split] = sx.scatter_elements(data, index, updates, reduction=reduction)
+                finally:
+                    _core.set_fiber_split(before)
+            assert got[True].tobytes() == got[False].tobytes()
+            want = _sequential(np.array(data), index, updates, reduction)
+            assert got[True].tobytes() == want.tobytes()
+    finally:
+        sx.set_num_threads(previous)
+
+
 @pytest.mark.parametrize("shape", [(64, 1000), (8, 4099)])
 def test_output_just_after_data_modulo_4k(shape):
     """An output 16 bytes after data modulo 4 KiB (as glibc places an allocation right after

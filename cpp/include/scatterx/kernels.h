@@ -944,6 +944,151 @@ inline void read_ahead(const char* ip, int64_t isize, const char* up, int64_t us
     asm volatile("" : : "r"(sink));
 }
 
+// One long contiguous fiber whose targets do not fit in L1 and whose indices spread over them (a
+// 1-D histogram of random bins) is split by its targets instead: each of two threads owns half of
+// the targets and walks the whole fiber, kOwnListBlock elements at a time, listing the elements
+// whose target is its own (list_own_targets) and then applying them in order. Every target gets
+// its updates in the fiber's order, on one thread, so the result is the one-thread loop's bit for
+// bit. Each thread reads both streams whole (one core reads hist_add's 160 MB in about 9 ms here)
+// but applies half the updates, whose read-modify-writes at random bins in L2, not the streams,
+// held the one thread up: the loop alone, its positions and values in L1, took 10.6 ms for 1e7
+// adds. Stop 62, the Intel virtual machine (family 6 model 167), one build with a switch, one
+// process, two threads, eight rounds of medians of nine calls, bits the same, with the reader /
+// split: hist_add 13.52 / 11.30 ms, hist_add_i32 12.23 / 9.76 (faster in 8 of 8 each). Six
+// rounds of medians of seven: 1e7 float64 adds into 4e6 bins 67.9 / 32.4, float32 max into 1e5
+// 13.3 / 11.3, float16 adds (int32 index) into 1e5 37.4 / 22.8 (6 of 6 each); into 1e7 sorted
+// indices' 1e5 bins 19.9 / 17.1 (4 of 4). Slower: into 1000 bins (8 KB, in L1) 9.7 / 15.5, and a
+// Zipf index (a = 1.3) into 1e5 bins, where one thread owns the busy bins, 11.3 / 15.8 (0 of 6
+// each). So the split is taken for tables of more than kSplitFiberBytes whose first
+// kSplitSample indices fall at least a quarter into each half (fiber_splits_evenly); the rest
+// keep the reader (read_ahead). Blocks of 64 / 256 elements and streams asked for 128 / 512 /
+// 1024 elements ahead instead of 128 and 256: hist_add 16.5 / 13.4 and 11.5 / 13.0 / 14.0 ms
+// against 11.4 (six rounds). Two threads only: more would each read the whole streams again,
+// which was not measured.
+inline constexpr int64_t kOwnListBlock = 128;
+inline constexpr int64_t kSplitFiberBytes = int64_t(64) << 10;
+inline constexpr int64_t kSplitSample = 4096;
+inline constexpr int kSplitFiberParts = 2;
+// The setting in force (tests and measurements turn it off).
+inline bool& fiber_split() {
+    static bool on = true;
+    return on;
+}
+// Whether list_own_targets compares eight indices at a time (AVX-512F, the default where the CPU
+// has it; tests turn it off to reach the element loop on any machine).
+inline bool list_by_vectors_supported() {
+#ifdef SCATTERX_HAVE_F16C_PATH
+    return cpu_has_avx512f();
+#else
+    return false;
+#endif
+}
+inline bool& list_by_vectors() {
+    static bool on = list_by_vectors_supported();
+    return on;
+}
+
+#ifdef SCATTERX_HAVE_F16C_PATH
+// list_own_targets eight indices at a time (compress); returns how many indices it did, `m` the
+// elements listed.
+template <class I>
+__attribute__((target("avx512f"))) inline int64_t list_own_avx512(const I* iv, int64_t j0, int64_t n, int64_t size,
+                                                                  int64_t lo, int64_t hi, int64_t* tgt, int64_t* pos,
+                                                                  int64_t& m, bool& bad) {
+    const __m512i vsize = _mm512_set1_epi64(size), vlo = _mm512_set1_epi64(lo), width = _mm512_set1_epi64(hi - lo);
+    const __m512i zero = _mm512_setzero_si512(), eight = _mm512_set1_epi64(8);
+    __m512i at = _mm512_add_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi64(j0));
+    __mmask8 outside = 0;
+    int64_t j = 0, k = m;
+    for (; j + 8 <= n; j += 8) {
+        __m512i r;
+        if constexpr (sizeof(I) == 8) r = _mm512_loadu_si512(iv + j);
+        else r = _mm512_cvtepi32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(iv + j)));
+        r = _mm512_mask_add_epi64(r, _mm512_cmplt_epi64_mask(r, zero), r, vsize);
+        outside |= _mm512_cmpge_epu64_mask(r, vsize);
+        const __mmask8 own = _mm512_cmplt_epu64_mask(_mm512_sub_epi64(r, vlo), width);
+        // Whole-vector stores of the compressed lanes (the masked compress to memory was slower):
+        // the lists have eight elements of room beyond kOwnListBlock.
+        _mm512_storeu_si512(tgt + k, _mm512_maskz_compress_epi64(own, r));
+        _mm512_storeu_si512(pos + k, _mm512_maskz_compress_epi64(own, at));
+        k += __builtin_popcount(unsigned(own));
+        at = _mm512_add_epi64(at, eight);
+    }
+    bad |= outside != 0;
+    m = k;
+    return j;
+}
+#endif
+
+// Lists, of the n indices at iv (elements j0, j0 + 1, ... of the fiber), those whose normalised
+// target lies in [lo, hi): targets in tgt and element numbers in pos, in order, without a branch
+// per element; returns how many. An out-of-bounds index is left out and sets `bad`. tgt and pos
+// hold n + 8.
+template <class I>
+inline int64_t list_own_targets(const I* iv, int64_t j0, int64_t n, int64_t size, int64_t lo, int64_t hi,
+                                int64_t* tgt, int64_t* pos, bool& bad) {
+    int64_t m = 0, j = 0;
+#ifdef SCATTERX_HAVE_F16C_PATH
+    if (list_by_vectors()) j = list_own_avx512<I>(iv, j0, n, size, lo, hi, tgt, pos, m, bad);
+#endif
+    for (; j < n; ++j) {
+        const I raw = iv[j];
+        const bool ok = in_bounds(raw, size);
+        const int64_t v = ok ? normalise(raw, size) : -1;
+        bad |= !ok;
+        tgt[m] = v, pos[m] = j0 + j;
+        m += uint64_t(v - lo) < uint64_t(hi - lo);
+    }
+    return m;
+}
+
+// Whether the first kSplitSample indices of a fiber give each of `parts` equal ranges of the
+// targets at least a quarter of them (half an even share, for two parts): a random index does, a
+// sorted one or one whose updates crowd into a few bins does not.
+template <class I> inline bool fiber_splits_evenly(const I* iv, int64_t na, int64_t size, int parts) {
+    const int64_t n = std::min(na, kSplitSample);
+    int64_t count[kSplitFiberParts] = {}, lo[kSplitFiberParts], hi[kSplitFiberParts];
+    for (int w = 0; w < parts; ++w) std::tie(lo[w], hi[w]) = split_range(size, w, parts);
+    for (int64_t j = 0; j < n; ++j) {
+        const I raw = iv[j];
+        if (!in_bounds(raw, size)) continue;
+        const int64_t v = normalise(raw, size);
+        for (int w = 0; w < parts; ++w) count[w] += v >= lo[w] && v < hi[w];
+    }
+    for (int w = 0; w < parts; ++w)
+        if (2 * parts * count[w] < n) return false;
+    return true;
+}
+
+// One contiguous fiber (na elements) into `size` contiguous targets, split by targets between
+// `parts` threads (see kOwnListBlock); `src` (`sstr` bytes apart, 0 for a broadcast value), when
+// given, is copied into ov first, each thread its own targets. Returns false when an
+// out-of-bounds index was met (it was skipped).
+template <class T, class I, Reduction R>
+bool scatter_fiber_by_targets(int parts, T* ov, const I* iv, const T* uv, int64_t na, int64_t size, const char* src,
+                              int64_t sstr) {
+    constexpr int64_t N = sizeof(T);
+    std::atomic<bool> bad{false};
+    ThreadPool::instance().run(parts, [&](int w, int nw) {
+        const auto [lo, hi] = split_range(size, w, nw);
+        if (src) copy_run(reinterpret_cast<char*>(ov + lo), N, src + lo * sstr, sstr, hi - lo, N);
+        alignas(64) int64_t tgt[kOwnListBlock + 8], pos[kOwnListBlock + 8];
+        bool local_bad = false;
+        for (int64_t b0 = 0; b0 < na; b0 += kOwnListBlock) {
+            const int64_t b1 = std::min(na, b0 + kOwnListBlock);
+            const int64_t a0 = b0 + kFiberStreamAhead, a1 = std::min(na, b1 + kFiberStreamAhead);
+            if (a0 < a1) {
+                prefetch_lines(reinterpret_cast<const char*>(iv + a0), (a1 - a0) * int64_t(sizeof(I)));
+                prefetch_lines(reinterpret_cast<const char*>(uv + a0), (a1 - a0) * int64_t(sizeof(T)));
+            }
+            const int64_t m = list_own_targets<I>(iv + b0, b0, b1 - b0, size, lo, hi, tgt, pos, local_bad);
+            for (int64_t k = 0; k < m; ++k) Reducer<R>::apply(ov[tgt[k]], uv[pos[k]]);
+        }
+        if (local_bad) bad.store(true, std::memory_order_relaxed);
+    });
+    return !bad.load();
+}
+
 // Scatter of one block of fibers. Out-of-bounds indices are never applied; they raise `bad`.
 template <class T, class I, Reduction R> struct ScatterBlock {
     int64_t size, ostr;
@@ -1552,6 +1697,18 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
     std::atomic<bool> bad{false};
     if (fs.nfib == 1 && fs.na >= kReadAheadMin && ThreadPool::instance().num_threads() > 1 &&
         ScatterBlock<T, I, R>{g.axis_size, g.axis_stride, nullptr}.contiguous(fs.astr[1], fs.astr[2])) {
+        if (fiber_split() && g.axis_size * int64_t(sizeof(T)) > kSplitFiberBytes) {
+            bool split = false, ok = true;
+            for_each_run(fs.f, base, 0, 1, [&](char* const* p, int64_t, const int64_t*) {
+                const I* iv = reinterpret_cast<const I*>(p[1]);
+                if (!fiber_splits_evenly<I>(iv, fs.na, g.axis_size, kSplitFiberParts)) return;
+                split = true;
+                ok = scatter_fiber_by_targets<T, I, R>(kSplitFiberParts, reinterpret_cast<T*>(p[0]), iv,
+                                                       reinterpret_cast<const T*>(p[2]), fs.na, g.axis_size,
+                                                       src ? p[3] : nullptr, g.src_axis_stride);
+            });
+            if (split) return ok;
+        }
         std::atomic<int64_t> progress{0};
         ThreadPool::instance().run(2, [&](int w, int) {
             for_each_run(fs.f, base, 0, 1, [&](char* const* p, int64_t, const int64_t*) {
