@@ -194,19 +194,20 @@ inline bool dense_positions(const View& pos, nb::handle h) {
 // of `positions` (int32 or int64), reading, or reading and storing back with `write`, prefetching
 // `ahead` positions early, while reading `stream` (uint8, or None) in step, or with
 // `stream_written` writing it in full by streaming stores; the threads sharing the work as
-// `split` says ("ranges", "reader", "targets", "lines" or "checked": TouchSplit; "checked" reads
-// the stream's last `checked` bytes by ranges). With `then_write` (not None), a second pass over
+// `split` says ("ranges", "reader", "targets", "lines", "checked" or "columns": TouchSplit;
+// "checked" reads the stream's last `checked` bytes by ranges; "columns" shares the positions,
+// rows of `fibers`, by fibers). With `then_write` (not None), a second pass over
 // the same positions follows, touching with that flag and writing the stream when
 // `then_stream_written`; with ranges, both passes over each block of `block` positions (0: all)
 // before the next (touch_lines).
 uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool write, int64_t ahead,
                nb::handle stream_h, const std::string& split_name, bool stream_written, std::optional<bool> then_write,
-               bool then_stream_written, int64_t block, int64_t checked) {
-    static const char* const split_names[] = {"ranges", "reader", "targets", "lines", "checked"};
+               bool then_stream_written, int64_t block, int64_t checked, int64_t fibers) {
+    static const char* const split_names[] = {"ranges", "reader", "targets", "lines", "checked", "columns"};
     const auto* found = std::find(std::begin(split_names), std::end(split_names), split_name);
     if (found == std::end(split_names))
-        throw std::invalid_argument(
-            "scatterx._core.touch: split must be ranges, reader, targets, lines or checked, got '" + split_name + "'");
+        throw std::invalid_argument("scatterx._core.touch: split must be ranges, reader, targets, lines, checked or "
+                                    "columns, got '" + split_name + "'");
     const auto split = TouchSplit(found - std::begin(split_names));
     if (block < 0) throw std::invalid_argument("scatterx._core.touch: block must be at least 0");
     const bool writes = write || then_write.value_or(false);
@@ -226,14 +227,20 @@ uint64_t touch(nb::handle table_h, nb::handle positions_h, int64_t span, bool wr
         throw std::invalid_argument(
             "scatterx._core.touch: checked must be between 1 and the stream's length for the checked split, and 0 "
             "for the others");
+    if ((split == TouchSplit::columns) != (fibers > 0) || fibers < 0 ||
+        (fibers > 0 && pos.shape[0] % fibers != 0))
+        throw std::invalid_argument(
+            "scatterx._core.touch: fibers must divide the number of positions for the columns split, and be 0 for "
+            "the others");
     const TouchPass second{then_write.value_or(false), then_stream_written};
     const TouchPass* then = then_write ? &second : nullptr;
     nb::gil_scoped_release release;
     if (pos.itemsize == 4)
         return touch_lines(table.data, table.shape[0], reinterpret_cast<const int32_t*>(pos.data), pos.shape[0],
-                           span, write, ahead, stream, stream_bytes, split, stream_written, then, block, checked);
+                           span, write, ahead, stream, stream_bytes, split, stream_written, then, block, checked,
+                           fibers);
     return touch_lines(table.data, table.shape[0], reinterpret_cast<const int64_t*>(pos.data), pos.shape[0],
-                       span, write, ahead, stream, stream_bytes, split, stream_written, then, block, checked);
+                       span, write, ahead, stream, stream_bytes, split, stream_written, then, block, checked, fibers);
 }
 
 // The ordered loop of `scatterx bench` (probe.h, ordered_adds): a float32 or float64 `table`,
@@ -732,7 +739,8 @@ NB_MODULE(_core, m) {
     m.def("touch", &touch, nb::arg("table"), nb::arg("positions"), nb::arg("span"), nb::arg("write"),
           nb::arg("ahead"), nb::arg("stream").none() = nb::none(), nb::arg("split") = "ranges",
           nb::arg("stream_written") = false, nb::arg("then_write").none() = nb::none(),
-          nb::arg("then_stream_written") = false, nb::arg("block") = 0, nb::arg("checked") = 0);
+          nb::arg("then_stream_written") = false, nb::arg("block") = 0, nb::arg("checked") = 0,
+          nb::arg("fibers") = 0);
     m.def("ordered_adds", &ordered_adds_loop, nb::arg("table"), nb::arg("positions"), nb::arg("values"),
           nb::arg("count"));
     m.def("gather", &gather, nb::arg("data"), nb::arg("indices"), nb::arg("out"), nb::arg("axis"),

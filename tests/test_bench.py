@@ -402,6 +402,15 @@ def test_touches_are_the_targets_in_visiting_order():
                        "vjp_gather", "vjp_mul_long"}
     assert touches(*case("vjp_gather")).splits == ("reader", "targets", "lines")
     assert touches(*case("vjp_mul")).splits == ("ranges",)  # a middle axis: slabs
+    # Single elements of 32 column fibers a row: shared by fibers too, as scatterx's backward of
+    # "mul" shares them; the positions of a row are its 32 elements (C order of the index).
+    c, x = case("vjp_mul_long")
+    long = touches(c, x)
+    assert (long.splits, long.fibers, long.then.fibers) == (("reader", "targets", "columns"), 32, 32)
+    assert x.indices.shape[1:] == (32,) and long.positions.size % 32 == 0
+    row = (np.where(x.indices[5] < 0, x.indices[5] + x.data.shape[0], x.indices[5]) * 32 + np.arange(32)) * 4
+    np.testing.assert_array_equal(long.positions[5 * 32:6 * 32], row)
+    assert touches(*case("hist_add")).fibers == 0
     # The materialised expanded index visits the same whole rows (scatterx applies them whole),
     # and a scatter reads all of it beside the updates: no kernel knows a row holds one value
     # before it has read the row. A gather's stream is its result, which leaves the index out.
@@ -449,28 +458,35 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
     previous = sx.get_num_threads()
     sx.set_num_threads(threads)
     try:
-        for ahead, split in itertools.product((0, 8, 1000), ("ranges", "reader", "targets", "lines")):
+        for ahead, split in itertools.product((0, 8, 1000), ("ranges", "reader", "targets", "lines", "columns")):
             # Every line of every access is touched once in all: by ranges of positions; by one
             # thread while a second (with two) reads ahead ("reader"); by the thread whose share
             # of the table holds it ("targets"); by the thread whose share of an access's lines
-            # holds it ("lines", one share per line at most).
-            assert _core.touch(table, positions, span, False, ahead, None, split) == want
-            assert _core.touch(table, positions, span, True, ahead, None, split) == want
+            # holds it ("lines", one share per line at most); by the thread whose share of the
+            # fibers holds its position ("columns": rows of 8 positions here, one per fiber).
+            fibers = {"fibers": 8} if split == "columns" else {}
+            assert _core.touch(table, positions, span, False, ahead, None, split, **fibers) == want
+            assert _core.touch(table, positions, span, True, ahead, None, split, **fibers) == want
             # The stream: ranges meet at most once per thread; one walker reads each line once;
-            # threads that each walk every position read a line once each at most.
-            walkers = threads if split == "targets" or (split == "lines" and span > 64) else 1
+            # threads that each walk every position (or their own of every row) read a line once
+            # each at most.
+            walkers = threads if split in ("targets", "columns") or (split == "lines" and span > 64) else 1
             for write in (False, True):
-                extra = _core.touch(table, positions, span, write, ahead, stream, split) - want
+                extra = _core.touch(table, positions, span, write, ahead, stream, split, **fibers) - want
                 most = stream_lines + threads - 1 if split == "ranges" else stream_lines * walkers
                 assert stream_lines <= extra <= most
-                extra = _core.touch(table, positions, span, write, ahead, whole, split) - want
+                extra = _core.touch(table, positions, span, write, ahead, whole, split, **fibers) - want
                 assert whole.size // 64 <= extra <= whole.size // 64 * walkers
                 if split in ("ranges", "reader"):
                     assert extra == whole.size // 64
-            assert _core.touch(table, positions, span, True, ahead, np.zeros(10, np.uint8), split) == want
+                if split == "columns":
+                    # A row of 8 positions holds one line of 64 bytes: read by each thread.
+                    assert extra == whole.size // 64 * threads
+            assert _core.touch(table, positions, span, True, ahead, np.zeros(10, np.uint8), split, **fibers) == want
             # Two passes: every line touched once by each (block by block with ranges).
             for block, (w1, w2) in itertools.product((0, 1, 4096, 33_333, 10**9), ((False, False), (True, True))):
-                assert _core.touch(table, positions, span, w1, ahead, None, split, False, w2, False, block) == 2 * want
+                assert _core.touch(table, positions, span, w1, ahead, None, split, False, w2, False, block,
+                                   **fibers) == 2 * want
             if split == "ranges":
                 # A stream the kernel writes is written whole (reads nothing from it), each line
                 # by one thread, into a stream of any length and alignment.
@@ -499,8 +515,11 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
     for wrong in (positions.astype(np.float64), positions.astype(np.int16), positions[::2]):
         with pytest.raises(ValueError, match="positions"):
             _core.touch(table, wrong, span, False, 8, None)
-    with pytest.raises(ValueError, match="split must be ranges, reader, targets, lines or checked"):
-        _core.touch(table, positions, span, False, 8, None, "columns")
+    with pytest.raises(ValueError, match="split must be ranges, reader, targets, lines, checked or columns"):
+        _core.touch(table, positions, span, False, 8, None, "fibers")
+    for split, fibers in (("columns", 0), ("columns", 7), ("columns", -8), ("targets", 8)):
+        with pytest.raises(ValueError, match="fibers must divide the number of positions"):
+            _core.touch(table, positions, span, False, 8, None, split, fibers=fibers)
     with pytest.raises(ValueError, match="block must be at least 0"):
         _core.touch(table, positions, span, False, 8, None, "ranges", False, False, False, -1)
 

@@ -445,8 +445,11 @@ def probe_ways(t: Touches | None, settings: Settings) -> dict[ProbeWay, Callable
     then = () if second is None else (second.write, second.stream_written, t.block)
 
     def probe(way: ProbeWay):
-        # The checked part of the stream, for the split that reads it by ranges.
+        # The checked part of the stream, for the split that reads it by ranges; the fibers of a
+        # row of positions, for the split that shares them.
         extra = {"checked": t.checked_bytes} if way.split == "checked" else {}
+        if way.split == "columns":
+            extra = {"fibers": t.fibers}
 
         # Its own thread count for the call, and scatterx's again after it: its samples come in
         # turn with scatterx's (`run_case`).

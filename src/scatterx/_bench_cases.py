@@ -271,7 +271,8 @@ class Touches:
     fiber, a 1-D histogram; the column fibers of the message-passing rows). Those leave a kernel
     one thread walking them all with a second reading ahead ("reader"), a split of the table
     ("targets"), and, where an access spans several lines (the fibers of a row), a split of its
-    lines ("lines"); with a materialised index in the stream (`checked_bytes`), the split of the
+    lines ("lines"), or where accesses are single elements of several fibers, a split of the
+    fibers ("columns", `fibers`); with a materialised index in the stream (`checked_bytes`), the split of the
     table with that index read by ranges ("checked", as scatterx's kernel checks it).
     """
 
@@ -293,6 +294,9 @@ class Touches:
     # read whole by any kernel, to know that each row holds one value, and by contiguous ranges
     # if it likes, whatever way it applies the rows; the "checked" split reads them so (0: none).
     checked_bytes: int = 0
+    # With the "columns" split: the positions come in rows of this many, one element of each
+    # fiber a row, and each thread takes its share of the fibers (0: no such split).
+    fibers: int = 0
 
     @property
     def passes(self) -> list[Touches]:
@@ -316,7 +320,10 @@ def _splits(case: Case, data: np.ndarray, indices: np.ndarray, span: int) -> tup
     blocks along the positions, one block per coordinate before the axis: with one block (the
     axis outermost: a 1-D histogram, the message-passing rows) a range of positions cuts every
     fiber; with several (a middle axis: one slab each) the cases' ranges meet between blocks.
-    Accesses of several lines (a row of fibers) can also be split by lines."""
+    Accesses of several lines (a row of fibers) can also be split by lines, and single elements
+    of several fibers (rows of one element per fiber, `_fibers`) by fibers ("columns", since stop
+    62: scatterx's backward of "mul" along an outermost axis gives each thread its share of the
+    columns, and the probe's other ordered ways were slower than that)."""
     # Whether the operation adds or multiplies floats at its targets, in the order of the updates.
     accumulates = {
         "scatter": case.reduction in ("add", "mul"), "gather_vjp": True, "scatter_vjp": case.reduction == "mul",
@@ -327,7 +334,17 @@ def _splits(case: Case, data: np.ndarray, indices: np.ndarray, span: int) -> tup
     )
     if not ordered:
         return ("ranges",)
-    return ("reader", "targets", "lines") if span > 64 else ("reader", "targets")
+    if span > 64:
+        return ("reader", "targets", "lines")
+    if span == data.dtype.itemsize and _fibers(case, indices) > 1:
+        return ("reader", "targets", "columns")
+    return ("reader", "targets")
+
+
+def _fibers(case: Case, indices: np.ndarray) -> int:
+    """The fibers that the positions of one coordinate along the axis visit, one element each, in
+    C order: rows of this many positions (the columns of an index along an outermost axis)."""
+    return math.prod(indices.shape[case.axis + 1:])
 
 
 def touches(case: Case, inputs: Inputs) -> Touches | None:
@@ -396,14 +413,16 @@ def touches(case: Case, inputs: Inputs) -> Touches | None:
     flat = np.ravel_multi_index(np.broadcast_arrays(*coords), data.shape).reshape(-1)
     positions = _as_wide_as(flat * item, indices, data.nbytes)  # flat is intp: no int32 overflow
     splits = _splits(case, data, indices, item)
+    fibers = _fibers(case, indices) if "columns" in splits else 0
     if case.op == "scatter_vjp" and case.reduction in ("max", "min", "mul"):
         # Max and min read the targets, mul reads and writes its running products there; both
         # passes over one coordinate before the axis, a block, before the next block's.
         carried = case.reduction == "mul"
         block = math.prod(indices.shape[axis:])
-        second = Touches(data.nbytes, positions, item, carried, stream, splits, True)
-        return Touches(data.nbytes, positions, item, carried, stream, splits, False, then=second, block=block)
-    return Touches(data.nbytes, positions, item, write, stream, splits, written)
+        second = Touches(data.nbytes, positions, item, carried, stream, splits, True, fibers=fibers)
+        return Touches(data.nbytes, positions, item, carried, stream, splits, False, then=second, block=block,
+                       fibers=fibers)
+    return Touches(data.nbytes, positions, item, write, stream, splits, written, fibers=fibers)
 
 
 def _as_wide_as(positions: np.ndarray, index: np.ndarray, table_bytes: int) -> np.ndarray:

@@ -216,6 +216,60 @@ template <class P> struct TouchRange {
         return sum;
     }
 
+    // run_part by columns: of each row of `fibers` positions (one single element of each fiber,
+    // an index along an outermost axis visited in C order), the positions of fibers [c0, c1),
+    // part w of parts, with their share of the stream, `ahead` counted in this thread's
+    // positions: as a kernel that keeps each fiber on one thread and gives each thread its share
+    // of the fibers (the backward of "mul" along an outermost axis, mul_backward).
+    template <bool Write>
+    uint64_t run_columns(int w, int parts, int64_t fibers) const {
+        char* const tab = table;
+        const P* const pos = positions;
+        const uint64_t lst = last;
+        const int64_t ahd = ahead, end = last_byte, count = n, sbytes = stream_bytes, nl = lines;
+        const int64_t per = sbytes % count == 0 ? sbytes / count : -1;
+        const auto [c0, c1] = split_range(fibers, w, parts);
+        auto share_of = [&](int64_t k) -> std::pair<int64_t, int64_t> {
+            if (per >= 0) return {k * per, k * per + per};
+            return {stream_share_end(k, count, sbytes), stream_share_end(k + 1, count, sbytes)};
+        };
+        // The position `ahead` own positions on, its row and column kept step by step.
+        int64_t ra = 0, ca = c0;
+        auto advance = [&](int64_t& r, int64_t& c) {
+            if (++c == c1) c = c0, ++r;
+        };
+        for (int64_t i = 0; i < ahd && c1 > c0; ++i) advance(ra, ca);
+        uint64_t sum = 0;
+        int64_t read_to = 0;  // the stream's lines below this offset have been read
+        for (int64_t r = 0; r * fibers < count; ++r) {
+            for (int64_t c = c0; c < c1; ++c, advance(ra, ca)) {
+                const int64_t k = r * fibers + c, ka = ra * fibers + ca;
+                if (ahd > 0 && ka < count) {
+                    const uint64_t q = std::min(uint64_t(int64_t(pos[ka])), lst);
+                    for (int64_t l = 0; l < nl; ++l) __builtin_prefetch(tab + q + 64 * l, Write);
+                    if (sbytes > 0) {
+                        const auto [a0, a1] = share_of(ka);
+                        prefetch_lines(stream + a0, a1 - a0);
+                    }
+                }
+                if (sbytes > 0) {
+                    const auto [s0, s1] = share_of(k);
+                    int64_t s = std::max(s0 & ~int64_t(63), read_to);
+                    for (; s < s1; s += 64) sum += uint8_t(*static_cast<const volatile char*>(stream + s));
+                    read_to = std::max(read_to, s);
+                }
+                const uint64_t q = std::min(uint64_t(int64_t(pos[k])), lst);
+                for (int64_t l = 0; l < nl; ++l) {
+                    volatile char* b = tab + q + std::min<int64_t>(64 * l, end);
+                    const char v = *b;
+                    sum += uint8_t(v);
+                    if constexpr (Write) *b = v;
+                }
+            }
+        }
+        return sum;
+    }
+
     // run_part by targets: the positions of each block of kListBlock that lie in this thread's
     // share of the table, [t0, t1), listed without a branch and then touched whole with their
     // stream, `ahead` counted in listed positions, as the kernels' split by target rows does
@@ -376,7 +430,12 @@ template <class P> struct TouchRange {
 // scatter_by_target_rows asks for such an index and its update rows with on this CPU
 // (read_once_non_temporal; stop 55; until then the probe shared the index rows like the targets
 // in every way, and was slower than scatterx).
-enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3, checked = 4 };
+// Ordered fibers of single elements along an outermost axis (the positions in rows of `fibers`,
+// one element of each fiber a row) may also be shared by fibers: the `columns` way gives each
+// thread the positions of its share of the fibers, as scatterx's backward of "mul" gives each
+// thread its share of the columns (since stop 62; until then that backward's probe had only
+// `reader` and `targets`, both slower than scatterx, so its case had no floor).
+enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3, checked = 4, columns = 5 };
 
 // Touches `span` bytes at each byte offset positions[k] of `table` (`nbytes` long), in order:
 // one byte per 64-byte line is read, and with `write` stored back unchanged (the line then has
@@ -428,13 +487,13 @@ template <class P>
 uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n, int64_t span, bool write,
                      int64_t ahead, const char* stream = nullptr, int64_t stream_bytes = 0,
                      TouchSplit split = TouchSplit::ranges, bool stream_written = false,
-                     const TouchPass* then = nullptr, int64_t block = 0, int64_t checked = 0) {
+                     const TouchPass* then = nullptr, int64_t block = 0, int64_t checked = 0, int64_t fibers = 0) {
     if (n == 0 || nbytes < span || span <= 0) return 0;
     if (then && split != TouchSplit::ranges)
         return touch_lines(table, nbytes, positions, n, span, write, ahead, stream, stream_bytes, split, stream_written,
-                           nullptr, 0, checked) +
+                           nullptr, 0, checked, fibers) +
                touch_lines(table, nbytes, positions, n, span, then->write, ahead, stream, stream_bytes, split,
-                           then->stream_written, nullptr, 0, checked);
+                           then->stream_written, nullptr, 0, checked, fibers);
     if (!stream) stream_bytes = 0;
     checked = std::clamp<int64_t>(checked, 0, stream_bytes);
     // One contiguous range per thread (measured: 64 smaller ranges dealt out in turn took 50 ms
@@ -477,6 +536,19 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
             for (int part = w; part < shares; part += nw)
                 sum += write ? own.template run_part<true>(part, shares, by_lines)
                              : own.template run_part<false>(part, shares, by_lines);
+            total.fetch_add(sum, std::memory_order_relaxed);
+        });
+        return total.load();
+    }
+    if (split == TouchSplit::columns) {
+        // Rows of `fibers` positions (n a multiple of it), each thread its share of the fibers.
+        const int shares = int(std::min<int64_t>(parts, fibers));
+        if (shares < 2 || fibers <= 0 || n % fibers != 0) return walk_range(0, n, nullptr);
+        ThreadPool::instance().run(shares, [&](int w, int nw) {
+            uint64_t sum = 0;
+            for (int part = w; part < shares; part += nw)
+                sum += write ? walk.template run_columns<true>(part, shares, fibers)
+                             : walk.template run_columns<false>(part, shares, fibers);
             total.fetch_add(sum, std::memory_order_relaxed);
         });
         return total.load();
