@@ -405,6 +405,58 @@ def test_one_long_fiber_split_or_not_the_same_bits():
         sx.set_num_threads(previous)
 
 
+def _runs(rng, n, size, longest):
+    """n indices into `size` targets in runs of 1 to `longest` equal values, a tenth of them
+    written negatively (the same target, another value: a run ends there)."""
+    index = np.repeat(rng.integers(0, size, n), rng.integers(1, longest + 1, n))[:n]
+    return np.where(rng.random(n) < 0.1, index - size, index)
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_runs_of_equal_indices_in_a_fiber(threads, reduction, ahead):
+    """A sorted index (segment sums) brings runs of equal indices, which a contiguous fiber
+    applies a run at a time, the target in a register: the result is still the element loop's
+    bit for bit. Short fibers against the oracle (float64 and float16, NaNs among the updates,
+    int64 and int32 indices); a long one (a second thread reading ahead) against NumPy's
+    ordered loop; a bad index inside a run is reported and, with out=data, nothing is written.
+    With the streams asked for ahead and without (`set_fiber_streams_ahead`)."""
+    rng = np.random.default_rng(15)
+    previous = sx.get_num_threads()
+    sx.set_num_threads(threads)
+    before = _core.set_fiber_streams_ahead(ahead)
+    try:
+        for dtype in (np.float64, np.float16):
+            index = _runs(rng, 3000, 50, 40)
+            updates = rng.uniform(0.9, 1.1, 3000).astype(dtype)
+            updates[rng.random(3000) < 0.02] = np.nan
+            data = rng.standard_normal(50).astype(dtype)
+            want = oracle.scatter_elements(data, index, updates, 0, reduction)
+            for width in (np.int64, np.int32):
+                got = sx.scatter_elements(data, index.astype(width), updates, reduction=reduction)
+                assert got.tobytes() == want.tobytes()
+        n = (1 << 20) + 77
+        index = _runs(rng, n, 1000, 300)
+        updates = rng.uniform(0.99, 1.01, n) if reduction == "mul" else rng.standard_normal(n)
+        data = rng.standard_normal(1000)
+        want = _sequential(data, index, updates, reduction)
+        got = sx.scatter_elements(data, index, updates, reduction=reduction)
+        np.testing.assert_array_equal(got, want)
+        wrong = index.copy()
+        at = np.flatnonzero(wrong[1:] == wrong[:-1])[len(wrong) // 3]  # inside a run
+        wrong[at] = 1000
+        with pytest.raises(IndexError, match=rf"index 1000 at indices\[{at}\]"):
+            sx.scatter_elements(data, wrong, updates, reduction=reduction)
+        out = data.copy()
+        with pytest.raises(IndexError):
+            sx.scatter_elements(out, wrong.astype(np.int32), updates, reduction=reduction, out=out)
+        np.testing.assert_array_equal(out, data)
+    finally:
+        _core.set_fiber_streams_ahead(before)
+        sx.set_num_threads(previous)
+
+
 @pytest.mark.parametrize("shape", [(64, 1000), (8, 4099)])
 def test_output_just_after_data_modulo_4k(shape):
     """An output 16 bytes after data modulo 4 KiB (as glibc places an allocation right after
