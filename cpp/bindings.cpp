@@ -784,8 +784,8 @@ NB_MODULE(_core, m) {
           "Whether a long contiguous fiber with random targets beyond L1 (a 1-D histogram) is split by its "
           "targets between two threads (the default) or kept on one with a second reading ahead; returns the "
           "previous setting (for tests and measurements).");
-    m.def("set_list_by_vectors", [](bool on) { return std::exchange(list_by_vectors(), on && list_by_vectors_supported()); },
-          nb::arg("on"),
+    m.def("set_list_by_vectors",
+          [](bool on) { return std::exchange(list_by_vectors(), on && list_by_vectors_supported()); }, nb::arg("on"),
           "Whether the split fiber lists its own elements eight at a time (the default where the CPU has "
           "AVX-512F; never where it has not); returns the previous setting (for tests).");
     m.def("set_wide_stores", [](bool on) { return std::exchange(wide_stores(), on && wide_stores_supported()); },

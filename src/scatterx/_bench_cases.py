@@ -272,8 +272,9 @@ class Touches:
     one thread walking them all with a second reading ahead ("reader"), a split of the table
     ("targets"), and, where an access spans several lines (the fibers of a row), a split of its
     lines ("lines"), or where accesses are single elements of several fibers, a split of the
-    fibers ("columns", `fibers`); with a materialised index in the stream (`checked_bytes`), the split of the
-    table with that index read by ranges ("checked", as scatterx's kernel checks it).
+    fibers ("columns", `fibers`); with a materialised index in the stream (`checked_bytes`), the
+    split of the table with that index read by ranges ("checked", as scatterx's kernel checks
+    it).
     """
 
     table_bytes: int
@@ -323,7 +324,7 @@ def _splits(case: Case, data: np.ndarray, indices: np.ndarray, span: int) -> tup
     Accesses of several lines (a row of fibers) can also be split by lines, and single elements
     of several fibers (rows of one element per fiber, `_fibers`) by fibers ("columns", since stop
     62: scatterx's backward of "mul" along an outermost axis gives each thread its share of the
-    columns, and the probe's other ordered ways were slower than that)."""
+    columns; in stop 61's run the probe's other ordered ways were slower than that kernel)."""
     # Whether the operation adds or multiplies floats at its targets, in the order of the updates.
     accumulates = {
         "scatter": case.reduction in ("add", "mul"), "gather_vjp": True, "scatter_vjp": case.reduction == "mul",
