@@ -316,6 +316,17 @@ def test_one_long_fiber_with_a_reader_thread(threads, reduction, ahead):
         sx.set_num_threads(previous)
 
 
+def _bad_index_reported(data, wrong, at, updates, reduction):
+    """A scatter whose index holds a bad value at `at` raises IndexError naming it (int64), and
+    into out=data (int32) writes nothing."""
+    with pytest.raises(IndexError, match=rf"index {wrong[at]} at indices\[{at}\]"):
+        sx.scatter_elements(data, wrong, updates, reduction=reduction)
+    out = data.copy()
+    with pytest.raises(IndexError):
+        sx.scatter_elements(out, wrong.astype(np.int32), updates, reduction=reduction, out=out)
+    np.testing.assert_array_equal(out, data)
+
+
 def _sequential(data, indices, updates, reduction):
     """The one-thread loop's result: NumPy's ufunc.at, or for "none" the last writer."""
     want = data.copy()
@@ -364,12 +375,7 @@ def test_one_long_fiber_split_by_targets(threads, reduction, vectors):
         for at, bad in ((5, size), (n - 7, -size - 1)):
             wrong = indices.copy()
             wrong[at] = bad
-            with pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
-                sx.scatter_elements(data, wrong, updates, reduction=reduction)
-            out = data.copy()
-            with pytest.raises(IndexError):
-                sx.scatter_elements(out, wrong.astype(np.int32), updates, reduction=reduction, out=out)
-            np.testing.assert_array_equal(out, data)
+            _bad_index_reported(data, wrong, at, updates, reduction)
     finally:
         _core.set_list_by_vectors(before)
         sx.set_num_threads(previous)
@@ -446,12 +452,7 @@ def test_runs_of_equal_indices_in_a_fiber(threads, reduction, ahead):
         wrong = index.copy()
         at = np.flatnonzero(wrong[1:] == wrong[:-1])[len(wrong) // 3]  # inside a run
         wrong[at] = 1000
-        with pytest.raises(IndexError, match=rf"index 1000 at indices\[{at}\]"):
-            sx.scatter_elements(data, wrong, updates, reduction=reduction)
-        out = data.copy()
-        with pytest.raises(IndexError):
-            sx.scatter_elements(out, wrong.astype(np.int32), updates, reduction=reduction, out=out)
-        np.testing.assert_array_equal(out, data)
+        _bad_index_reported(data, wrong, at, updates, reduction)
     finally:
         _core.set_fiber_streams_ahead(before)
         sx.set_num_threads(previous)

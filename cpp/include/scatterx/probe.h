@@ -519,6 +519,15 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
         return one_pass(walk, write, lo, hi, progress);
     };
     std::atomic<uint64_t> total{0};
+    // The sum of part(p) over p < shares, the parts dealt out to the threads.
+    auto run_shares = [&](int shares, auto&& part) {
+        ThreadPool::instance().run(shares, [&](int w, int nw) {
+            uint64_t sum = 0;
+            for (int p = w; p < shares; p += nw) sum += part(p);
+            total.fetch_add(sum, std::memory_order_relaxed);
+        });
+        return total.load();
+    };
     if (!ranges && parts < 2) return walk_range(0, n, nullptr);
     if (split == TouchSplit::targets || split == TouchSplit::lines || split == TouchSplit::checked) {
         const bool by_lines = split == TouchSplit::lines;
@@ -531,27 +540,19 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
             own.ranged_bytes = checked;
             own.non_temporal = read_once_non_temporal();
         }
-        ThreadPool::instance().run(shares, [&](int w, int nw) {
-            uint64_t sum = 0;
-            for (int part = w; part < shares; part += nw)
-                sum += write ? own.template run_part<true>(part, shares, by_lines)
-                             : own.template run_part<false>(part, shares, by_lines);
-            total.fetch_add(sum, std::memory_order_relaxed);
+        return run_shares(shares, [&](int part) {
+            return write ? own.template run_part<true>(part, shares, by_lines)
+                         : own.template run_part<false>(part, shares, by_lines);
         });
-        return total.load();
     }
     if (split == TouchSplit::columns) {
         // Rows of `fibers` positions (n a multiple of it), each thread its share of the fibers.
         const int shares = int(std::min<int64_t>(parts, fibers));
         if (shares < 2 || fibers <= 0 || n % fibers != 0) return walk_range(0, n, nullptr);
-        ThreadPool::instance().run(shares, [&](int w, int nw) {
-            uint64_t sum = 0;
-            for (int part = w; part < shares; part += nw)
-                sum += write ? walk.template run_columns<true>(part, shares, fibers)
-                             : walk.template run_columns<false>(part, shares, fibers);
-            total.fetch_add(sum, std::memory_order_relaxed);
+        return run_shares(shares, [&](int part) {
+            return write ? walk.template run_columns<true>(part, shares, fibers)
+                         : walk.template run_columns<false>(part, shares, fibers);
         });
-        return total.load();
     }
     if (split == TouchSplit::reader) {
         // The stream as n values of `item` bytes (the last stream_bytes % n bytes left out).
@@ -570,13 +571,7 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
         return total.load();
     }
     // Each part's sum from part(p), the parts dealt out to the threads.
-    auto run_parts = [&](auto&& part) {
-        ThreadPool::instance().run(parts, [&](int w, int nw) {
-            uint64_t sum = 0;
-            for (int p = w; p < parts; p += nw) sum += part(p);
-            total.fetch_add(sum, std::memory_order_relaxed);
-        });
-    };
+    auto run_parts = [&](auto&& part) { run_shares(parts, part); };
     auto range_pass = [&](const TouchRange<P>& wk, bool wr) {
         run_parts([&](int p) {
             auto [lo, hi] = split_range(n, p, parts);
