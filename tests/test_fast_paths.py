@@ -335,7 +335,8 @@ def _sequential(data, indices, updates, reduction):
         targets, last = np.unique(positive[::-1], return_index=True)
         want[targets] = updates[::-1][last]
     else:
-        UFUNCS[reduction].at(want, positive, updates)
+        with np.errstate(invalid="ignore", over="ignore"):
+            UFUNCS[reduction].at(want, positive, updates)
     return want
 
 
@@ -456,6 +457,62 @@ def test_runs_of_equal_indices_in_a_fiber(threads, reduction, ahead):
     finally:
         _core.set_fiber_streams_ahead(before)
         sx.set_num_threads(previous)
+
+
+def _signed_zeros_and_nans(rng, n, dtype, sign):
+    """n values of a float dtype, mostly zeros of either sign and numbers of the given sign, a
+    few NaNs of three payloads (quiet, with sign bit or not): the values whose choice by max or
+    min depends on the order of a run (which zero, which NaN comes first)."""
+    bits, quiet, sign_bit = {np.float16: (np.uint16, 0x7E00, 1 << 15),
+                             ml_dtypes.bfloat16: (np.uint16, 0x7FC0, 1 << 15),
+                             np.float32: (np.uint32, 0x7FC00000, 1 << 31),
+                             np.float64: (np.uint64, 0x7FF8 << 48, 1 << 63)}[dtype]
+    payloads = np.array([quiet | 1, quiet | 2, quiet | 3 | sign_bit], bits)
+    values = np.where(rng.random(n) < 0.5, rng.choice([0.0, -0.0], n), sign * rng.uniform(1, 4, n))
+    values = values.astype(dtype)
+    nan_at = rng.random(n) < 0.01
+    raw = values.view(bits)
+    raw[nan_at] = rng.choice(payloads, nan_at.sum())
+    return values
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16,
+                                   np.int64, np.int32, np.uint8, np.bool_])
+@pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
+def test_long_runs_folded_in_chains(dtype, reduction):
+    """Runs of 16 equal indices and more fold their updates in several chains side by side, then
+    the chains' results in order, where the reduction regroups bit for bit: max and min of every
+    type, adds and products of integers (wrapping) and booleans; a float or double max or min
+    finds its run's first NaN, else its extreme, else the first zero. The result is the ordered
+    loop's bit for bit (NumPy's, or for a float max or min the oracle's): which of two equal
+    zeros a max keeps, which NaN (of three payloads) comes first, integer overflow. Float adds
+    and products, which do not regroup, are here too."""
+    rng = np.random.default_rng(16)
+    size = 600  # each target gets one run, so each run's result shows (a tie keeps the target)
+    targets = np.where(rng.random(size) < 0.2, -size, 0) + rng.permutation(size)
+    index = np.repeat(targets, rng.integers(1, 65, size))
+    n = len(index)
+    if np.issubdtype(dtype, np.floating) or dtype is ml_dtypes.bfloat16:
+        sign = -1.0 if reduction == "max" else 1.0
+        updates = _signed_zeros_and_nans(rng, n, dtype, sign)
+        data = (sign * rng.uniform(5, 6, size)).astype(dtype)  # beyond every update
+        if reduction in ("add", "mul"):
+            updates = rng.uniform(0.9, 1.1, n).astype(dtype)
+    elif dtype is np.bool_:
+        updates, data = rng.random(n) < 0.9, rng.random(size) < 0.5
+    else:
+        info = np.iinfo(dtype)
+        updates = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+        data = rng.integers(info.min, info.max, size, dtype=dtype, endpoint=True)
+    if reduction in ("max", "min") and np.dtype(dtype).kind not in "iub":
+        # NumPy's maximum takes the second of two equal zeros (test_peers.py); the oracle
+        # keeps the current value, as the spec does.
+        want = oracle.scatter_elements(data, index, updates, 0, reduction)
+    else:
+        want = _sequential(data, index, updates, reduction)
+    for width in (np.int64, np.int32):
+        got = sx.scatter_elements(data, index.astype(width), updates, reduction=reduction)
+        assert got.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("shape", [(64, 1000), (8, 4099)])
