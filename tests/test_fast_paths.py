@@ -454,6 +454,15 @@ def test_runs_of_equal_indices_in_a_fiber(threads, reduction, ahead):
         at = np.flatnonzero(wrong[1:] == wrong[:-1])[len(wrong) // 3]  # inside a run
         wrong[at] = 1000
         _bad_index_reported(data, wrong, at, updates, reduction)
+        # More targets than the cache holds (2.4 MB): stretches of runs between stretches of
+        # random targets, the runs' targets in the first and last quarter (so that two threads
+        # keep the fiber whole, one applying it).
+        far = 300_000
+        runs = (np.arange(n) // 4096) % 2 == 0
+        index = np.where(runs, _runs(rng, n, far // 4, 300), rng.integers(0, far, n))
+        data = rng.standard_normal(far)
+        want = _sequential(data, index, updates, reduction)
+        np.testing.assert_array_equal(sx.scatter_elements(data, index, updates, reduction=reduction), want)
     finally:
         _core.set_fiber_streams_ahead(before)
         sx.set_num_threads(previous)

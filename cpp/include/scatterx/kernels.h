@@ -1277,12 +1277,32 @@ template <class T, class I, Reduction R> struct ScatterBlock {
                         apply_fiber_block<T, I, R>(ov, iv + b0, uv + b0, b1 - b0, size, *bad);
                     }
                 } else {
-                    for (int64_t j = c0; j < c1; ++j) {
-                        if (j + kPrefetchAhead < na && in_bounds(iv[j + kPrefetchAhead], size))
-                            __builtin_prefetch(ov + normalise(iv[j + kPrefetchAhead], size), 1);
-                        const I raw = iv[j];
-                        if (!in_bounds(raw, size)) { *bad = true; continue; }
-                        Reducer<R>::apply(ov[normalise(raw, size)], uv[j]);
+                    // Targets beyond the cache: each element's asked for kPrefetchAhead ahead,
+                    // but a block in runs (a sorted index: its targets in sequence) goes as above.
+                    // Stop 63, one build with a switch, one process, five rounds of medians of
+                    // seven, 1e7 updates, bits the same, element by element / this: sorted
+                    // float64 adds into 1e6 targets 23.3 / 18.2 ms, into 4e6 23.7 / 23.3, float32
+                    // max into 1e6 29.4 / 27.5 (faster in 5 of 5 each); random targets 23.6 /
+                    // 23.7, runs of two 20.0 / 19.9. Without the streams asked for in blocks not
+                    // in runs, 4e6 took 26.5; with runs chosen by three pairs of four, the max 29.6.
+                    for (int64_t b0 = c0; b0 < c1; b0 += kFiberStreamBlock) {
+                        const int64_t b1 = std::min(c1, b0 + kFiberStreamBlock);
+                        const int64_t a0 = b0 + kFiberStreamAhead, a1 = std::min(na, b1 + kFiberStreamAhead);
+                        if (ahead && a0 < a1) {
+                            prefetch_lines(reinterpret_cast<const char*>(iv + a0), (a1 - a0) * int64_t(sizeof(I)));
+                            prefetch_lines(reinterpret_cast<const char*>(uv + a0), (a1 - a0) * int64_t(sizeof(T)));
+                        }
+                        if (in_runs<I>(iv + b0, b1 - b0)) {
+                            apply_runs<T, I, R>(ov, iv + b0, uv + b0, b1 - b0, size, *bad);
+                            continue;
+                        }
+                        for (int64_t j = b0; j < b1; ++j) {
+                            if (j + kPrefetchAhead < na && in_bounds(iv[j + kPrefetchAhead], size))
+                                __builtin_prefetch(ov + normalise(iv[j + kPrefetchAhead], size), 1);
+                            const I raw = iv[j];
+                            if (!in_bounds(raw, size)) { *bad = true; continue; }
+                            Reducer<R>::apply(ov[normalise(raw, size)], uv[j]);
+                        }
                     }
                 }
                 if (progress) progress->store(c1, std::memory_order_release);
