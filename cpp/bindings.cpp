@@ -784,10 +784,16 @@ NB_MODULE(_core, m) {
           "Whether a long contiguous fiber with random targets beyond L1 (a 1-D histogram) is split by its "
           "targets between two threads (the default) or kept on one with a second reading ahead; returns the "
           "previous setting (for tests and measurements).");
+    m.def("set_fiber_by_positions", [](bool on) { return std::exchange(fiber_by_positions(), on); },
+          nb::arg("on"),
+          "Whether a long contiguous fiber whose targets ascend (a sorted index) is split by positions between "
+          "two threads (the default) or goes the other ways; returns the previous setting (for tests and "
+          "measurements).");
     m.def("set_list_by_vectors",
           [](bool on) { return std::exchange(list_by_vectors(), on && list_by_vectors_supported()); }, nb::arg("on"),
-          "Whether the split fiber lists its own elements eight at a time (the default where the CPU has "
-          "AVX-512F; never where it has not); returns the previous setting (for tests).");
+          "Whether the split fiber lists its own elements eight at a time, and a sorted fiber checks its "
+          "index eight or sixteen at a time (the default where the CPU has AVX-512F; never where it has not); "
+          "returns the previous setting (for tests).");
     m.def("set_wide_stores", [](bool on) { return std::exchange(wide_stores(), on && wide_stores_supported()); },
           nb::arg("on"),
           "Whether streaming stores write whole 64-byte lines by one AVX-512 store (the default where the CPU "

@@ -412,6 +412,53 @@ def test_one_long_fiber_split_or_not_the_same_bits():
         sx.set_num_threads(previous)
 
 
+@pytest.mark.parametrize("vectors", [False, True])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_sorted_fiber_split_by_positions(threads, reduction, vectors):
+    """A long 1-D fiber whose targets ascend (a sorted index) is split by positions between two
+    threads at a change of target, after each has checked its half. The result is the sequential
+    loop's bit for bit and the same as with the split turned off (`set_fiber_by_positions`), with
+    a new output and with out=data, for int64 and int32 indices; indices that ascend only at
+    first, or written negatively, or whose second half is one run, or that hold a bad index near
+    the end (reported, out=data left unwritten), are right too. The check of each half goes
+    sixteen or eight indices at a time (`set_list_by_vectors`, where the CPU has AVX-512F) or one
+    at a time."""
+    rng = np.random.default_rng(17)
+    size, n = 30000, (1 << 20) + 5
+    updates = rng.uniform(0.99, 1.01, n) if reduction == "mul" else rng.standard_normal(n)
+    data = rng.standard_normal(size)
+    ascending = np.sort(rng.integers(0, size, n))
+    half = np.concatenate([ascending[: n // 2], rng.integers(0, size, n - n // 2)])
+    negative = np.where(rng.random(n) < 0.1, ascending - size, ascending)
+    one_run = np.concatenate([ascending[: n // 3], np.full(n - n // 3, size - 1)])
+    previous = sx.get_num_threads()
+    sx.set_num_threads(threads)
+    listing = _core.set_list_by_vectors(vectors)
+    try:
+        for index in (ascending, half, negative, one_run):
+            want = _sequential(data, index, updates, reduction)
+            for width in (np.int64, np.int32):
+                got = {}
+                for split in (False, True):
+                    before = _core.set_fiber_by_positions(split)
+                    try:
+                        got[split] = sx.scatter_elements(data, index.astype(width), updates, reduction=reduction)
+                    finally:
+                        _core.set_fiber_by_positions(before)
+                assert got[True].tobytes() == want.tobytes()
+                assert got[False].tobytes() == want.tobytes()
+            out = data.copy()
+            sx.scatter_elements(out, index, updates, reduction=reduction, out=out)
+            assert out.tobytes() == want.tobytes()
+        wrong = ascending.copy()
+        wrong[n - 100] = size
+        _bad_index_reported(data, wrong, n - 100, updates, reduction)
+    finally:
+        _core.set_list_by_vectors(listing)
+        sx.set_num_threads(previous)
+
+
 def _runs(rng, n, size, longest):
     """n indices into `size` targets in runs of 1 to `longest` equal values, a tenth of them
     written negatively (the same target, another value: a run ends there)."""
