@@ -1171,7 +1171,8 @@ template <class T, bool Max> inline int64_t extreme_lanes(const T* uv, int64_t n
     for (int c = 0; c < kLanes; ++c) lane[c] = uv[c];
     int64_t k = kLanes;
     for (; k + kLanes <= n; k += kLanes)
-        for (int c = 0; c < kLanes; ++c) lane[c] = (Max ? uv[k + c] > lane[c] : uv[k + c] < lane[c]) ? uv[k + c] : lane[c];
+        for (int c = 0; c < kLanes; ++c)
+            lane[c] = (Max ? uv[k + c] > lane[c] : uv[k + c] < lane[c]) ? uv[k + c] : lane[c];
 #endif
     return k;
 }
@@ -1936,7 +1937,8 @@ bool scatter_fiber_by_positions(T* ov, const I* iv, const T* uv, int64_t na, int
         if (src) copy_run(reinterpret_cast<char*>(ov + lo), N, src + lo * sstr, sstr, hi - lo, N);
         bool bad = false;  // every index was checked
         ScatterBlock<T, I, R>{size, N, &bad}.fiber(reinterpret_cast<char*>(ov), reinterpret_cast<const char*>(iv + j0),
-                                                   reinterpret_cast<const char*>(uv + j0), j1 - j0, int64_t(sizeof(I)), N);
+                                                   reinterpret_cast<const char*>(uv + j0), j1 - j0,
+                                                   int64_t(sizeof(I)), N);
     });
     return passed.load() == 2;
 }
