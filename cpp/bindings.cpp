@@ -789,6 +789,10 @@ NB_MODULE(_core, m) {
           "Whether a long contiguous fiber whose targets ascend (a sorted index) is split by positions between "
           "two threads (the default) or goes the other ways; returns the previous setting (for tests and "
           "measurements).");
+    m.def("set_ascending_chains", [](bool on) { return std::exchange(ascending_chains(), on); }, nb::arg("on"),
+          "Whether the halves of a sorted fiber split by positions apply float16 and bfloat16 adds and "
+          "products in four chains side by side (the default) or element by element; returns the previous "
+          "setting (for tests and measurements).");
     m.def("set_list_by_vectors",
           [](bool on) { return std::exchange(list_by_vectors(), on && list_by_vectors_supported()); }, nb::arg("on"),
           "Whether the split fiber lists its own elements eight at a time, and a sorted fiber checks its "

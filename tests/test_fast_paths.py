@@ -459,6 +459,51 @@ def test_sorted_fiber_split_by_positions(threads, reduction, vectors):
         sx.set_num_threads(previous)
 
 
+@pytest.mark.parametrize("reduction", ["add", "mul"])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_sorted_16bit_floats_in_chains(dtype, reduction):
+    """The halves of a sorted fiber split by positions apply float16 and bfloat16 adds and
+    products in four chains side by side, each window of updates cut at changes of target
+    (`set_ascending_chains`). Each target still gets its updates in order: NumPy's ordered loop
+    bit for bit, and the element loop's, with a new output and with out=data, for runs of about
+    35 updates, runs longer than the reach of a cut (into 100 targets) and so across windows,
+    mostly single updates (into two million targets), and runs of 1 to 200 mixed."""
+    rng = np.random.default_rng(23)
+    n = (1 << 20) + 5
+    if reduction == "mul":
+        spread = 0.001 if dtype == np.float16 else 0.01
+        updates = rng.uniform(1 - spread, 1 + spread, n).astype(dtype)
+    else:
+        updates = rng.standard_normal(n).astype(dtype)
+    mixed = np.repeat(np.arange(n), rng.integers(1, 201, n))[:n]
+    indices = {
+        30000: np.sort(rng.integers(0, 30000, n)),
+        100: np.sort(rng.integers(0, 100, n)),
+        2_000_000: np.sort(rng.integers(0, 2_000_000, n)),
+        int(mixed[-1]) + 1: mixed,
+    }
+    previous = sx.get_num_threads()
+    sx.set_num_threads(2)
+    try:
+        for size, index in indices.items():
+            data = rng.standard_normal(size).astype(dtype)
+            want = _sequential(data, index, updates, reduction)
+            got = {}
+            for chains in (False, True):
+                before = _core.set_ascending_chains(chains)
+                try:
+                    got[chains] = sx.scatter_elements(data, index, updates, reduction=reduction)
+                    out = data.copy()
+                    sx.scatter_elements(out, index, updates, reduction=reduction, out=out)
+                finally:
+                    _core.set_ascending_chains(before)
+                assert out.tobytes() == want.tobytes(), (size, chains)
+            assert got[True].tobytes() == want.tobytes(), size
+            assert got[False].tobytes() == want.tobytes(), size
+    finally:
+        sx.set_num_threads(previous)
+
+
 def _runs(rng, n, size, longest):
     """n indices into `size` targets in runs of 1 to `longest` equal values, a tenth of them
     written negatively (the same target, another value: a run ends there)."""
