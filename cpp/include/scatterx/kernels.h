@@ -1920,11 +1920,13 @@ inline bool& fiber_by_positions() {
 // every target still gets its updates in order: the element loop's bits. A float16 or bfloat16
 // step converts, adds and rounds, and element by element each waits on the one before. A cut
 // looks kAscCutReach updates on for the change of target; a run that goes on further is left
-// whole in one part. Stop 64, the Intel virtual machine (family 6 model 167), one build with a
-// switch, one process, two threads, five rounds of medians of seven calls, 1e7 sorted updates
-// into 1e5 targets, bits the same, one chain / four: float16 adds 32.18 / 24.95 ms, bfloat16
-// adds 19.82 / 11.14 (faster in 5 of 5 each). Float32 and float64 adds and products were slower
-// in four chains (float64 adds 7.83 / 10.48, float32 6.59 / 7.05; docs/performance.md).
+// whole in one part. Stop 64, the Intel virtual machine (family 6 model 167), one process, two
+// threads, the setting (ascending_chains) in turn, six rounds of medians of seven calls, 1e7
+// sorted updates into 1e5 targets, bits the same, one chain / four: bfloat16 adds 21.25 / 14.87
+// ms, float16 adds 33.35 / 26.05, bfloat16 products 21.49 / 14.50 (faster in 6 of 6 each); into
+// 1000 targets, whose runs of 10 000 leave every cut to fail, 21.47 / 22.19 (1 of 6). Float32
+// and float64 adds and products were slower in four chains (one build with a switch, float64
+// adds 7.83 / 10.48, float32 6.59 / 7.05; docs/performance.md, "Stop 64").
 inline constexpr int kAscChains = 4;
 inline constexpr int64_t kAscWindow = 1024;
 inline constexpr int64_t kAscCutReach = 64;
