@@ -1952,8 +1952,8 @@ inline void apply_ascending_in_chains(T* ov, const I* iv, const T* uv, int64_t n
             at[c] = len[c] ? iv[s[c]] : I(0);
             acc[c] = len[c] ? ov[at[c]] : T{};
         }
-        // Named, so that the chains stay in registers (in the arrays, the compiler kept them in
-        // memory, and each step waited on a store and a load as well).
+        // Named, so that the chains can stay in registers: two earlier versions that stepped
+        // them in the arrays ran slower still (docs/performance.md, "Stop 64").
         I at0 = at[0], at1 = at[1], at2 = at[2], at3 = at[3];
         T a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
         auto step = [&](T& a, I& t, int64_t j) __attribute__((always_inline)) {
