@@ -475,7 +475,8 @@ def test_sorted_16bit_floats_in_chains(dtype, reduction):
         updates = rng.uniform(1 - spread, 1 + spread, n).astype(dtype)
     else:
         updates = rng.standard_normal(n).astype(dtype)
-    mixed = np.repeat(np.arange(n), rng.integers(1, 201, n))[:n]
+    mixed = np.repeat(np.arange(n // 50), rng.integers(1, 201, n // 50))[:n]
+    assert mixed.size == n
     indices = {
         30000: np.sort(rng.integers(0, 30000, n)),
         100: np.sort(rng.integers(0, 100, n)),
