@@ -793,6 +793,18 @@ NB_MODULE(_core, m) {
           "Whether the halves of a sorted fiber split by positions apply float16 and bfloat16 adds and "
           "products in four chains side by side (the default) or element by element; returns the previous "
           "setting (for tests and measurements).");
+    m.def("set_f16c_arith",
+          [](bool on) {
+#ifdef SCATTERX_HAVE_F16C_PATH
+              return std::exchange(f16c_arith_on, on && f16c_arith_supported());
+#else
+              return false;
+#endif
+          },
+          nb::arg("on"),
+          "Whether float16 adds and products element by element convert by F16C's instructions (the default "
+          "where the CPU has them; never where it has not); returns the previous setting (for tests and "
+          "measurements).");
     m.def("set_list_by_vectors",
           [](bool on) { return std::exchange(list_by_vectors(), on && list_by_vectors_supported()); }, nb::arg("on"),
           "Whether the split fiber lists its own elements eight at a time, and a sorted fiber checks its "

@@ -505,6 +505,91 @@ def test_sorted_16bit_floats_in_chains(dtype, reduction):
         sx.set_num_threads(previous)
 
 
+def _f16c_arith(on):
+    """Sets `set_f16c_arith`; returns (the setting before, whether it is now on)."""
+    before = _core.set_f16c_arith(on)
+    return before, _core.set_f16c_arith(on)
+
+
+@pytest.mark.parametrize("reduction", ["add", "mul"])
+def test_float16_arithmetic_by_f16c_for_every_update(reduction):
+    """float16 adds and products element by element convert by F16C's instructions where the CPU
+    has them (`set_f16c_arith`), else by the conversions written in C++. For 256 current values
+    (zeros and subnormals of both signs, the largest finite values, infinities, NaNs of both
+    signs and several payloads, random bit patterns) against every float16 as the update, both
+    ways give NumPy's float16 values, and the same bits where not both are NaN; of two NaNs the
+    F16C way gives the update's, quieted, as the vector rows do (payloads lie outside the
+    bitwise promise)."""
+    rng = np.random.default_rng(29)
+    special = [0, 0x8000, 1, 0x8001, 0x3FF, 0x83FF, 0x400, 0x8400, 0x3C00, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00,
+               0x7C01, 0xFC01, 0x7DFF, 0x7E00, 0xFE00, 0x7E01, 0x7FFF, 0xFFFF]
+    currents = np.concatenate([special, rng.integers(0, 1 << 16, 256 - len(special))]).astype(np.uint16)
+    order = rng.permutation(1 << 16)  # the update at position k, bit pattern order[k], targets order[k]
+    updates = order.astype(np.uint16).view(np.float16)
+    every = np.arange(1 << 16, dtype=np.uint16)
+    ufunc = {"add": np.add, "mul": np.multiply}[reduction]
+
+    def is_nan(bits):
+        return (bits & 0x7C00 == 0x7C00) & (bits & 0x3FF != 0)
+
+    before, on = _f16c_arith(True)
+    try:
+        for current in currents:
+            data = np.full(1 << 16, current, np.uint16).view(np.float16)
+            got = {}
+            for way in (False, True):
+                _core.set_f16c_arith(way)
+                got[way] = sx.scatter_elements(data, order, updates, reduction=reduction).view(np.uint16)
+            with np.errstate(all="ignore"):
+                want = ufunc(data, every.view(np.float16))
+            both_nan = is_nan(current) & is_nan(every)
+            for way in (False, True):
+                np.testing.assert_array_equal(got[way].view(np.float16), want)  # NaN matches NaN
+            np.testing.assert_array_equal(got[True][~both_nan], got[False][~both_nan])
+            if on and is_nan(current):
+                np.testing.assert_array_equal(got[True][both_nan], every[both_nan] | 0x200)
+    finally:
+        _core.set_f16c_arith(before)
+
+
+@pytest.mark.parametrize("reduction", ["add", "mul"])
+def test_float16_arithmetic_by_f16c_along_the_paths(reduction):
+    """The element paths that float16 adds and products take, with F16C's conversions and with
+    those written in C++ (`set_f16c_arith`), against NumPy's ordered loop bit for bit: a long
+    1-D fiber of random targets (split by targets between two threads), a sorted one (split by
+    positions, runs in chains), and fibers along the last axis of a 2-D array."""
+    rng = np.random.default_rng(31)
+    n = (1 << 20) + 5
+
+    def values(shape):
+        if reduction == "mul":
+            return rng.uniform(0.999, 1.001, shape).astype(np.float16)
+        return rng.standard_normal(shape).astype(np.float16)
+
+    cases = [
+        (rng.standard_normal(100_000).astype(np.float16), rng.integers(0, 100_000, n), values(n), 0),
+        (rng.standard_normal(30_000).astype(np.float16), np.sort(rng.integers(0, 30_000, n)), values(n), 0),
+        (rng.standard_normal((300, 500)).astype(np.float16), rng.integers(-500, 500, (300, 800)),
+         values((300, 800)), 1),
+    ]
+    previous = sx.get_num_threads()
+    sx.set_num_threads(2)
+    before, _ = _f16c_arith(True)
+    try:
+        for data, index, updates, axis in cases:
+            if axis == 0:
+                want = _sequential(data, index, updates, reduction)
+            else:
+                want = _sequential_axis0(data.T.copy(), index.T.copy(), updates.T.copy(), reduction).T
+            for way in (False, True):
+                _core.set_f16c_arith(way)
+                got = sx.scatter_elements(data, index, updates, axis=axis, reduction=reduction)
+                assert got.tobytes() == np.ascontiguousarray(want).tobytes(), (data.shape, way)
+    finally:
+        _core.set_f16c_arith(before)
+        sx.set_num_threads(previous)
+
+
 def _runs(rng, n, size, longest):
     """n indices into `size` targets in runs of 1 to `longest` equal values, a tenth of them
     written negatively (the same target, another value: a run ends there)."""
