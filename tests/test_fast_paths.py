@@ -521,8 +521,7 @@ def test_float16_arithmetic_by_f16c_for_every_update(reduction):
     F16C way gives the update's, quieted, as the vector rows do (payloads lie outside the
     bitwise promise)."""
     rng = np.random.default_rng(29)
-    special = [0, 0x8000, 1, 0x8001, 0x3FF, 0x83FF, 0x400, 0x8400, 0x3C00, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00,
-               0x7C01, 0xFC01, 0x7DFF, 0x7E00, 0xFE00, 0x7E01, 0x7FFF, 0xFFFF]
+    special = SPECIAL_BITS[np.float16] + [0x3FF, 0x83FF, 0x400, 0x8400, 0x3C00, 0xFC01, 0x7DFF, 0x7E01, 0x7FFF, 0xFFFF]
     currents = np.concatenate([special, rng.integers(0, 1 << 16, 256 - len(special))]).astype(np.uint16)
     order = rng.permutation(1 << 16)  # the update at position k, bit pattern order[k], targets order[k]
     updates = order.astype(np.uint16).view(np.float16)
