@@ -780,10 +780,16 @@ NB_MODULE(_core, m) {
           "Whether a long contiguous fiber whose targets fit in the cache (a 1-D histogram) asks for its index "
           "and update streams ahead (the default on Intel's CPUs and AMD family 26 and later) or leaves them to the "
           "hardware prefetcher; returns the previous setting (for tests and measurements).");
-    m.def("set_fiber_split", [](bool on) { return std::exchange(fiber_split(), on); }, nb::arg("on"),
+    m.def("set_fiber_split",
+          [](int mode) {
+              if (mode < kSplitNever || mode > kSplitByCpu) throw nb::value_error("the mode is 0, 1 or 2");
+              return std::exchange(fiber_split(), mode);
+          },
+          nb::arg("mode"),
           "Whether a long contiguous fiber with random targets beyond L1 (a 1-D histogram) is split by its "
-          "targets between two threads (the default) or kept on one with a second reading ahead; returns the "
-          "previous setting (for tests and measurements).");
+          "targets between two threads or kept on one with a second reading ahead: 0 never, 1 always, 2 (the "
+          "default) always where the listing is AVX-512's, where it measured faster with AVX2's, never one "
+          "element at a time; returns the previous setting (for tests and measurements).");
     m.def("set_fiber_by_positions", [](bool on) { return std::exchange(fiber_by_positions(), on); },
           nb::arg("on"),
           "Whether a long contiguous fiber whose targets ascend (a sorted index) is split by positions between "
@@ -805,11 +811,16 @@ NB_MODULE(_core, m) {
           "Whether float16 adds and products element by element convert by F16C's instructions (the default "
           "where the CPU has them; never where it has not); returns the previous setting (for tests and "
           "measurements).");
-    m.def("set_list_by_vectors",
-          [](bool on) { return std::exchange(list_by_vectors(), on && list_by_vectors_supported()); }, nb::arg("on"),
-          "Whether the split fiber lists its own elements eight at a time, and a sorted fiber checks its "
-          "index eight or sixteen at a time (the default where the CPU has AVX-512F; never where it has not); "
-          "returns the previous setting (for tests).");
+    m.def("set_list_width",
+          [](int bits) {
+              if (!list_width_supported(bits)) throw nb::value_error("the CPU has no vectors of this width");
+              return std::exchange(list_width(), bits);
+          },
+          nb::arg("bits"),
+          "The vector width in bits with which the split fiber lists its own elements (512: eight at a time by "
+          "AVX-512F, 256: four by AVX2, 0: one at a time) and a sorted fiber checks its index (512: eight or "
+          "sixteen at a time; one at a time otherwise); the default is the widest the CPU has. Raises "
+          "ValueError for a width it has not; returns the previous setting (for tests).");
     m.def("set_wide_stores", [](bool on) { return std::exchange(wide_stores(), on && wide_stores_supported()); },
           nb::arg("on"),
           "Whether streaming stores write whole 64-byte lines by one AVX-512 store (the default where the CPU "

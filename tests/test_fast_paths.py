@@ -340,17 +340,54 @@ def _sequential(data, indices, updates, reduction):
     return want
 
 
-@pytest.mark.parametrize("vectors", [False, True])
+def _list_width(bits):
+    """Sets the width of the listing and of the sorted fiber's check (`set_list_width`) and
+    returns the one before; skips where the CPU has no vectors of that width."""
+    try:
+        return _core.set_list_width(bits)
+    except ValueError:
+        pytest.skip(f"the CPU has no {bits}-bit vectors")
+
+
+def test_list_width_and_split_settings_reject_what_cannot_be():
+    """The listing's width is 0, 256 (AVX2) or 512 (AVX-512F), the widest the CPU has by default;
+    the split's mode is 0, 1 or 2 (by the CPU, the default). Anything else raises and leaves the
+    setting as it was."""
+    widths = [bits for bits in (0, 256, 512) if _try_width(bits)]
+    assert 0 in widths
+    assert _core.set_list_width(max(widths)) == max(widths)
+    for bits in (128, 1024, -1):
+        with pytest.raises(ValueError):
+            _core.set_list_width(bits)
+    assert _core.set_list_width(max(widths)) == max(widths)
+    assert _core.set_fiber_split(2) == 2
+    for mode in (3, -1):
+        with pytest.raises(ValueError):
+            _core.set_fiber_split(mode)
+    assert _core.set_fiber_split(2) == 2
+
+
+def _try_width(bits):
+    try:
+        before = _core.set_list_width(bits)
+    except ValueError:
+        return False
+    _core.set_list_width(before)
+    return True
+
+
+@pytest.mark.parametrize("width", [0, 256, 512])
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max"])
-def test_one_long_fiber_split_by_targets(threads, reduction, vectors):
+def test_one_long_fiber_split_by_targets(threads, reduction, width):
     """A 1-D scatter into more targets than L1 holds (160 KB of float64), its indices random:
-    on two threads or more each thread applies the updates of its half of the targets, listed
-    eight at a time (`set_list_by_vectors`, where the CPU has AVX-512F) or one at a time. The
-    result is the sequential loop's bit for bit, for int64 and int32 indices, negative ones
-    among them, with a new output and with out=data; a bad index, in the first block or near
-    the end, is reported and leaves out unwritten. A sorted index and one whose updates crowd
-    into a few targets (which keep one thread) agree too."""
+    on two threads or more each thread applies the updates of its half of the targets (the split
+    forced on, `set_fiber_split(1)`), listed eight at a time by AVX-512F, four by AVX2 or one at
+    a time (`set_list_width`, each the CPU has). The result is the sequential loop's bit for
+    bit, for int64 and int32 indices, negative ones among them, with a new output and with
+    out=data; a bad index, in the first block or near the end, is reported and leaves out
+    unwritten. A sorted index and one whose updates crowd into a few targets (which keep one
+    thread) agree too."""
     rng = np.random.default_rng(13)
     size = 20000
     n = (1 << 20) + 12347  # neither a multiple of the block nor of eight
@@ -360,7 +397,8 @@ def test_one_long_fiber_split_by_targets(threads, reduction, vectors):
     crowded = np.minimum(rng.zipf(1.3, n) - 1, size - 1)
     previous = sx.get_num_threads()
     sx.set_num_threads(threads)
-    before = _core.set_list_by_vectors(vectors)
+    before = _list_width(width)
+    mode = _core.set_fiber_split(1)
     try:
         for index in (indices, np.sort(indices), crowded):
             want = _sequential(data, index, updates, reduction)
@@ -378,14 +416,18 @@ def test_one_long_fiber_split_by_targets(threads, reduction, vectors):
             wrong[at] = bad
             _bad_index_reported(data, wrong, at, updates, reduction)
     finally:
-        _core.set_list_by_vectors(before)
+        _core.set_fiber_split(mode)
+        _core.set_list_width(before)
         sx.set_num_threads(previous)
 
 
-def test_one_long_fiber_split_or_not_the_same_bits():
-    """The split by targets (`set_fiber_split`) against the fiber on one thread with a reader,
-    two threads, float16 adds with an int32 index and float64 products from a broadcast
-    source: the same bits either way."""
+@pytest.mark.parametrize("width", [0, 256, 512])
+def test_one_long_fiber_split_or_not_the_same_bits(width):
+    """The split by targets (`set_fiber_split`: never, always, and by the CPU, which decides by
+    the listing's width, the reduction, the type and the table's size) against the fiber on one
+    thread with a reader, two threads, float16 adds with an int32 index, float64 products from
+    a broadcast source, float32 max and float64 adds into 6e5 targets (4.8 MB): the same bits
+    every way, with each listing the CPU has (`set_list_width`)."""
     rng = np.random.default_rng(14)
     size, n = 50000, (1 << 20) + 3
     cases = [
@@ -393,36 +435,39 @@ def test_one_long_fiber_split_or_not_the_same_bits():
          rng.standard_normal(n).astype(np.float16), "add"),
         (np.broadcast_to(np.float64(1.5), (size,)), rng.integers(-size, size, n),
          rng.uniform(0.5, 1.5, n), "mul"),
+        (rng.standard_normal(size).astype(np.float32), rng.integers(0, size, n),
+         rng.standard_normal(n).astype(np.float32), "max"),
+        (rng.standard_normal(12 * size), rng.integers(0, 12 * size, n), rng.standard_normal(n), "add"),
     ]
     previous = sx.get_num_threads()
     sx.set_num_threads(2)
+    listing = _list_width(width)
     try:
         for data, index, updates, reduction in cases:
-            got = {}
-            for split in (False, True):
-                before = _core.set_fiber_split(split)
+            want = _sequential(np.array(data), index, updates, reduction).tobytes()
+            for mode in (0, 1, 2):
+                before = _core.set_fiber_split(mode)
                 try:
-                    got[split] = sx.scatter_elements(data, index, updates, reduction=reduction)
+                    got = sx.scatter_elements(data, index, updates, reduction=reduction)
                 finally:
                     _core.set_fiber_split(before)
-            assert got[True].tobytes() == got[False].tobytes()
-            want = _sequential(np.array(data), index, updates, reduction)
-            assert got[True].tobytes() == want.tobytes()
+                assert got.tobytes() == want, (reduction, mode)
     finally:
+        _core.set_list_width(listing)
         sx.set_num_threads(previous)
 
 
-@pytest.mark.parametrize("vectors", [False, True])
+@pytest.mark.parametrize("width", [0, 512])
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
-def test_sorted_fiber_split_by_positions(threads, reduction, vectors):
+def test_sorted_fiber_split_by_positions(threads, reduction, width):
     """A long 1-D fiber whose targets ascend (a sorted index) is split by positions between two
     threads at a change of target, after each has checked its half. The result is the sequential
     loop's bit for bit and the same as with the split turned off (`set_fiber_by_positions`), with
     a new output and with out=data, for int64 and int32 indices; indices that ascend only at
     first, or written negatively, or whose second half is one run, or that hold a bad index near
     the end (reported, out=data left unwritten), are right too. The check of each half goes
-    sixteen or eight indices at a time (`set_list_by_vectors`, where the CPU has AVX-512F) or one
+    sixteen or eight indices at a time (`set_list_width(512)`, where the CPU has AVX-512F) or one
     at a time."""
     rng = np.random.default_rng(17)
     size, n = 30000, (1 << 20) + 5
@@ -434,7 +479,7 @@ def test_sorted_fiber_split_by_positions(threads, reduction, vectors):
     one_run = np.concatenate([ascending[: n // 3], np.full(n - n // 3, size - 1)])
     previous = sx.get_num_threads()
     sx.set_num_threads(threads)
-    listing = _core.set_list_by_vectors(vectors)
+    listing = _list_width(width)
     try:
         for index in (ascending, half, negative, one_run):
             want = _sequential(data, index, updates, reduction)
@@ -455,7 +500,7 @@ def test_sorted_fiber_split_by_positions(threads, reduction, vectors):
         wrong[n - 100] = size
         _bad_index_reported(data, wrong, n - 100, updates, reduction)
     finally:
-        _core.set_list_by_vectors(listing)
+        _core.set_list_width(listing)
         sx.set_num_threads(previous)
 
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -965,28 +966,56 @@ inline void read_ahead(const char* ip, int64_t isize, const char* up, int64_t us
 // 1024 elements ahead instead of 128 and 256: hist_add 16.5 / 13.4 and 11.5 / 13.0 / 14.0 ms
 // against 11.4 (six rounds). Two threads only: more would each read the whole streams again,
 // which was not measured.
+// Where the CPU lacks AVX-512 the split lists four elements at a time by AVX2 and is taken only
+// where it measured faster than the reader (fiber_split_pays). Stop 66, a Zen 3 virtual machine
+// (family 25 model 1, 512 KB of L2 per core, AVX2), one build with a switch, one process, two
+// threads, six rounds of medians of seven calls, bits the same, 1e7 updates, reader / split with
+// the one-at-a-time listing / split with AVX2's: float64 adds into 1e5 bins 14.54 / 23.17 /
+// 16.23 ms (AVX2 faster than the reader in 0 of 6), the same with an int32 index 13.12 / 22.54 /
+// 13.42 (1 of 6), float32 adds (int32 index) 11.60 / 21.29 / 11.37 (3 of 6), float16 adds (int32
+// index) 16.25 / 23.68 / 13.57 (5 of 6), float32 max 21.23 / 24.76 / 16.12 (6 of 6), float64
+// adds into 4e6 bins 88.76 / 95.36 / 73.80 (6 of 6). A second build, reader / AVX2: float64 max
+// into 1e5 24.31 / 21.67 (4 of 6), float64 adds into 1e6 bins 24.11 / 19.39 (6 of 6), into 3e5
+// 16.79 / 17.81 (0 of 6), float32 adds into 1e5 11.30 / 13.16 (0 of 6), uint8 adds 9.77 / 16.09
+// (0 of 6). So where a plain add or product into a table that fits in L3's share is all an
+// element costs, the second thread reading ahead wins; where the step itself costs (max and min,
+// float16's conversions) or the table is large, the halves do.
 inline constexpr int64_t kOwnListBlock = 128;
 inline constexpr int64_t kSplitFiberBytes = int64_t(64) << 10;
 inline constexpr int64_t kSplitSample = 4096;
 inline constexpr int kSplitFiberParts = 2;
-// The setting in force (tests and measurements turn it off).
-inline bool& fiber_split() {
-    static bool on = true;
-    return on;
+// Beyond this many bytes of targets the split pays without AVX-512 (see kOwnListBlock).
+inline constexpr int64_t kSplitLargeBytes = int64_t(4) << 20;
+// The setting in force: kSplitNever, kSplitAlways (where the table is beyond kSplitFiberBytes and
+// the index spreads evenly), or kSplitByCpu, the default: always where the listing is AVX-512's,
+// where fiber_split_pays with AVX2's, never one element at a time. Tests and measurements set it.
+enum : int { kSplitNever = 0, kSplitAlways = 1, kSplitByCpu = 2 };
+inline int& fiber_split() {
+    static int mode = kSplitByCpu;
+    return mode;
 }
-// Whether list_own_targets compares eight indices at a time, and ascends eight or sixteen
-// (AVX-512F, the default where the CPU has it; tests turn it off to reach the element loops on any
-// machine).
-inline bool list_by_vectors_supported() {
+// The vector width, in bits, with which list_own_targets compares indices (eight at a time by
+// AVX-512F, four by AVX2, or 0: one at a time) and ascends checks them (sixteen or eight at a time
+// by AVX-512F; the elements loop otherwise). Whether the CPU can, and the default: the widest it
+// can. Tests set narrower widths to reach every loop on the machine.
+inline bool list_width_supported(int bits) {
 #ifdef SCATTERX_HAVE_F16C_PATH
-    return cpu_has_avx512f();
+    return bits == 0 || (bits == 256 && cpu_has_avx2()) || (bits == 512 && cpu_has_avx512f());
 #else
-    return false;
+    return bits == 0;
 #endif
 }
-inline bool& list_by_vectors() {
-    static bool on = list_by_vectors_supported();
-    return on;
+inline int& list_width() {
+    static int bits = list_width_supported(512) ? 512 : list_width_supported(256) ? 256 : 0;
+    return bits;
+}
+// Whether a fiber into `bytes` of targets (beyond kSplitFiberBytes, its index spread) is split by
+// its targets under the setting in force and the listing's width (see kOwnListBlock).
+template <class T, Reduction R> inline bool fiber_split_pays(int64_t bytes) {
+    if (fiber_split() != kSplitByCpu) return fiber_split() == kSplitAlways;
+    if (list_width() == 512) return true;
+    if (list_width() == 0) return false;
+    return R == Reduction::max || R == Reduction::min || std::is_same_v<T, float16> || bytes > kSplitLargeBytes;
 }
 
 #ifdef SCATTERX_HAVE_F16C_PATH
@@ -1019,6 +1048,46 @@ __attribute__((target("avx512f"))) inline int64_t list_own_avx512(const I* iv, i
     m = k;
     return j;
 }
+
+// For each mask of four kept 64-bit lanes, the 32-bit lanes that bring them to the front in order.
+inline constexpr auto kCompress4 = [] {
+    std::array<std::array<int32_t, 8>, 16> t{};
+    for (int mask = 0; mask < 16; ++mask)
+        for (int l = 0, k = 0; l < 4; ++l)
+            if (mask >> l & 1) t[mask][2 * k] = 2 * l, t[mask][2 * k + 1] = 2 * l + 1, ++k;
+    return t;
+}();
+// list_own_targets four indices at a time by AVX2 (the compress by a permutation from kCompress4);
+// as list_own_avx512. AVX2 compares signed lanes: the unsigned ones flip their sign bits first.
+template <class I>
+__attribute__((target("avx2"))) inline int64_t list_own_avx2(const I* iv, int64_t j0, int64_t n, int64_t size,
+                                                             int64_t lo, int64_t hi, int64_t* tgt, int64_t* pos,
+                                                             int64_t& m, bool& bad) {
+    const __m256i sign = _mm256_set1_epi64x(INT64_MIN), zero = _mm256_setzero_si256();
+    const __m256i vsize = _mm256_set1_epi64x(size), last = _mm256_set1_epi64x((size - 1) ^ INT64_MIN);
+    const __m256i vlo = _mm256_set1_epi64x(lo), width = _mm256_set1_epi64x((hi - lo) ^ INT64_MIN);
+    const __m256i four = _mm256_set1_epi64x(4);
+    __m256i at = _mm256_add_epi64(_mm256_set_epi64x(3, 2, 1, 0), _mm256_set1_epi64x(j0));
+    __m256i outside = zero;
+    int64_t j = 0, k = m;
+    for (; j + 4 <= n; j += 4) {
+        __m256i r;
+        if constexpr (sizeof(I) == 8) r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(iv + j));
+        else r = _mm256_cvtepi32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iv + j)));
+        r = _mm256_add_epi64(r, _mm256_and_si256(_mm256_cmpgt_epi64(zero, r), vsize));
+        outside = _mm256_or_si256(outside, _mm256_cmpgt_epi64(_mm256_xor_si256(r, sign), last));
+        const __m256i own = _mm256_cmpgt_epi64(width, _mm256_xor_si256(_mm256_sub_epi64(r, vlo), sign));
+        const int mask = _mm256_movemask_pd(_mm256_castsi256_pd(own));
+        const __m256i perm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kCompress4[mask].data()));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(tgt + k), _mm256_permutevar8x32_epi32(r, perm));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pos + k), _mm256_permutevar8x32_epi32(at, perm));
+        k += __builtin_popcount(unsigned(mask));
+        at = _mm256_add_epi64(at, four);
+    }
+    bad |= !_mm256_testz_si256(outside, outside);
+    m = k;
+    return j;
+}
 #endif
 
 // Lists, of the n indices at iv (elements j0, j0 + 1, ... of the fiber), those whose normalised
@@ -1030,7 +1099,8 @@ inline int64_t list_own_targets(const I* iv, int64_t j0, int64_t n, int64_t size
                                 int64_t* tgt, int64_t* pos, bool& bad) {
     int64_t m = 0, j = 0;
 #ifdef SCATTERX_HAVE_F16C_PATH
-    if (list_by_vectors()) j = list_own_avx512<I>(iv, j0, n, size, lo, hi, tgt, pos, m, bad);
+    if (list_width() == 512) j = list_own_avx512<I>(iv, j0, n, size, lo, hi, tgt, pos, m, bad);
+    else if (list_width() == 256) j = list_own_avx2<I>(iv, j0, n, size, lo, hi, tgt, pos, m, bad);
 #endif
     for (; j < n; ++j) {
         const I raw = iv[j];
@@ -1894,7 +1964,7 @@ template <class I> inline bool ascends(const I* iv, int64_t j0, int64_t j1, int6
     if (int64_t(iv[j0]) < floor || uint64_t(int64_t(iv[j0])) >= uint64_t(size)) return false;
     int64_t j = j0 + 1;
 #ifdef SCATTERX_HAVE_F16C_PATH
-    if (list_by_vectors()) {
+    if (list_width() == 512) {
         const int64_t done = ascends_avx512<I>(iv, j, j1, size);
         if (done == 0) return false;
         j = done;
@@ -2059,7 +2129,8 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
             });
             if (taken) return true;
         }
-        if (fiber_split() && g.axis_size * int64_t(sizeof(T)) > kSplitFiberBytes) {
+        const int64_t table = g.axis_size * int64_t(sizeof(T));
+        if (table > kSplitFiberBytes && fiber_split_pays<T, R>(table)) {
             bool split = false, ok = true;
             for_each_run(fs.f, base, 0, 1, [&](char* const* p, int64_t, const int64_t*) {
                 const I* iv = reinterpret_cast<const I*>(p[1]);
