@@ -425,9 +425,9 @@ def test_one_long_fiber_split_by_targets(threads, reduction, width):
 def test_one_long_fiber_split_or_not_the_same_bits(width):
     """The split by targets (`set_fiber_split`: never, always, and by the CPU, which decides by
     the listing's width, the reduction, the type and the table's size) against the fiber on one
-    thread with a reader, two threads, float16 adds with an int32 index, float64 products from
-    a broadcast source, float32 max and float64 adds into 6e5 targets (4.8 MB): the same bits
-    every way, with each listing the CPU has (`set_list_width`)."""
+    thread with a reader, two threads, float16 and bfloat16 adds with an int32 index, float64
+    products from a broadcast source, float32 max and float64 adds into 6e5 targets (4.8 MB):
+    the same bits every way, with each listing the CPU has (`set_list_width`)."""
     rng = np.random.default_rng(14)
     size, n = 50000, (1 << 20) + 3
     cases = [
@@ -437,6 +437,8 @@ def test_one_long_fiber_split_or_not_the_same_bits(width):
          rng.uniform(0.5, 1.5, n), "mul"),
         (rng.standard_normal(size).astype(np.float32), rng.integers(0, size, n),
          rng.standard_normal(n).astype(np.float32), "max"),
+        (rng.standard_normal(size).astype(ml_dtypes.bfloat16), rng.integers(0, size, n).astype(np.int32),
+         rng.standard_normal(n).astype(ml_dtypes.bfloat16), "add"),
         (rng.standard_normal(12 * size), rng.integers(0, 12 * size, n), rng.standard_normal(n), "add"),
     ]
     previous = sx.get_num_threads()
