@@ -340,20 +340,29 @@ def _sequential(data, indices, updates, reduction):
     return want
 
 
+def _width_supported(bits):
+    """Whether `set_list_width` takes `bits` on this CPU (the setting left as it was)."""
+    try:
+        before = _core.set_list_width(bits)
+    except ValueError:
+        return False
+    _core.set_list_width(before)
+    return True
+
+
 def _list_width(bits):
     """Sets the width of the listing and of the sorted fiber's check (`set_list_width`) and
     returns the one before; skips where the CPU has no vectors of that width."""
-    try:
-        return _core.set_list_width(bits)
-    except ValueError:
+    if not _width_supported(bits):
         pytest.skip(f"the CPU has no {bits}-bit vectors")
+    return _core.set_list_width(bits)
 
 
 def test_list_width_and_split_settings_reject_what_cannot_be():
     """The listing's width is 0, 256 (AVX2) or 512 (AVX-512F), the widest the CPU has by default;
     the split's mode is 0, 1 or 2 (by the CPU, the default). Anything else raises and leaves the
     setting as it was."""
-    widths = [bits for bits in (0, 256, 512) if _try_width(bits)]
+    widths = [bits for bits in (0, 256, 512) if _width_supported(bits)]
     assert 0 in widths
     assert _core.set_list_width(max(widths)) == max(widths)
     for bits in (128, 1024, -1):
@@ -365,15 +374,6 @@ def test_list_width_and_split_settings_reject_what_cannot_be():
         with pytest.raises(ValueError):
             _core.set_fiber_split(mode)
     assert _core.set_fiber_split(2) == 2
-
-
-def _try_width(bits):
-    try:
-        before = _core.set_list_width(bits)
-    except ValueError:
-        return False
-    _core.set_list_width(before)
-    return True
 
 
 @pytest.mark.parametrize("width", [0, 256, 512])
