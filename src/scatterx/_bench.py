@@ -336,7 +336,7 @@ def compare(case: Case, exact: bool, ours: tuple[np.ndarray, ...], theirs: tuple
 
 # Prefetch distances the probe tries, in accesses. 0 asks for none, and then a walk by ranges
 # that reads one line per access reads its positions by vector gathers where the CPU has
-# AVX-512F (probe.h, TouchRange::gathered; since stop 60).
+# AVX-512F (probe.h, TouchRange::gathered; since stop 60) or AVX2 (gathered_avx2; since stop 67).
 _PROBE_AHEAD = (0, 8, 32, 128)
 _HUGE_PAGE = 2 << 20  # bytes of a transparent huge page on x86-64
 

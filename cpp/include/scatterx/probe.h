@@ -140,7 +140,11 @@ template <class P> struct TouchRange {
                 // positions before the first and after the last one at a time.
                 walk_to(std::min(hi, (lo + kStreamBlock - 1) & ~(kStreamBlock - 1)));
                 const int64_t last_block = hi & ~(kStreamBlock - 1);
-                if (k < last_block) sum += gathered(tab, pos, k, last_block, lst, stream_step), k = last_block;
+                if (k < last_block) {
+                    sum += cpu_has_avx512f() ? gathered(tab, pos, k, last_block, lst, stream_step)
+                                             : gathered_avx2(tab, pos, k, last_block, lst, stream_step);
+                    k = last_block;
+                }
             }
         }
 #endif
@@ -393,6 +397,53 @@ template <class P> struct TouchRange {
         }
         return uint64_t(_mm512_reduce_add_epi64(sum));
     }
+    // gathered by AVX2, for CPUs without AVX-512F: four reads per instruction for int64
+    // positions, eight for int32. AVX2 has no unsigned 64-bit minimum: a position beyond `last`
+    // (unsigned, so a negative one too) is found by a signed compare of both with their sign bits
+    // flipped. Stop 67, the Zen 3 machine (no AVX-512), standalone, two threads, the gather of
+    // `gather_max0` (single random elements of a 12.8 MB table): a plain loop 7.87-8.39 ms, the
+    // loop by AVX2 gathers 7.86-8.50, where the probe's scalar walks took 20.6 (at 128 ahead, its
+    // fastest) against scatterx's 10.3 in a run of the bench (docs/performance.md, stop 67).
+    template <class Step>
+    __attribute__((target("avx2"))) static uint64_t gathered_avx2(const char* tab, const P* pos, int64_t k0, int64_t k1,
+                                                                  uint64_t last, Step&& step) {
+        static_assert(kStreamBlock == 16, "four vectors of 4 or two of 8 positions");
+        const int* words_at = reinterpret_cast<const int*>(tab);
+        __m256i sum = _mm256_setzero_si256();
+        const __m256i byte = _mm256_set1_epi32(0xff), three = _mm256_set1_epi32(3);
+        const __m256i sign = _mm256_set1_epi64x(INT64_MIN), last64 = _mm256_set1_epi64x(int64_t(last));
+        const __m256i last_flipped = _mm256_xor_si256(last64, sign), align64 = _mm256_set1_epi64x(~int64_t(3));
+        const __m256i low_halves = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+        const __m256i last32 = _mm256_set1_epi32(int32_t(last)), align32 = _mm256_set1_epi32(~3);
+        for (int64_t k = k0; k < k1; k += kStreamBlock) {
+            step(k);
+            if constexpr (sizeof(P) == 8) {
+                for (int h = 0; h < 4; ++h) {
+                    __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pos + k + 4 * h));
+                    q = _mm256_blendv_epi8(q, last64, _mm256_cmpgt_epi64(_mm256_xor_si256(q, sign), last_flipped));
+                    const __m128i words = _mm256_i64gather_epi32(words_at, _mm256_and_si256(q, align64), 1);
+                    // Each position's place in its word, from the low half of its lane.
+                    const __m128i low = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(q, low_halves));
+                    const __m128i shift = _mm_slli_epi32(_mm_and_si128(low, _mm256_castsi256_si128(three)), 3);
+                    const __m128i b = _mm_and_si128(_mm_srlv_epi32(words, shift), _mm256_castsi256_si128(byte));
+                    sum = _mm256_add_epi64(sum, _mm256_cvtepu32_epi64(b));
+                }
+            } else {
+                for (int h = 0; h < 2; ++h) {
+                    const __m256i* at = reinterpret_cast<const __m256i*>(pos + k + 8 * h);
+                    const __m256i q = _mm256_min_epu32(_mm256_loadu_si256(at), last32);
+                    const __m256i words = _mm256_i32gather_epi32(words_at, _mm256_and_si256(q, align32), 1);
+                    const __m256i shift = _mm256_slli_epi32(_mm256_and_si256(q, three), 3);
+                    const __m256i b = _mm256_and_si256(_mm256_srlv_epi32(words, shift), byte);
+                    const __m256i lo = _mm256_cvtepu32_epi64(_mm256_castsi256_si128(b));
+                    const __m256i hi = _mm256_cvtepu32_epi64(_mm256_extracti128_si256(b, 1));
+                    sum = _mm256_add_epi64(sum, _mm256_add_epi64(lo, hi));
+                }
+            }
+        }
+        const __m128i pair = _mm_add_epi64(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        return uint64_t(_mm_cvtsi128_si64(pair)) + uint64_t(_mm_extract_epi64(pair, 1));
+    }
 #endif
 
     // `bytes` (at most 64) of zeros from p, p 64-byte aligned relative to the stream: by four
@@ -449,10 +500,10 @@ enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3, ch
 // Accesses are prefetched `ahead` positions before they are made (the best distance depends on
 // the pattern and the machine: the caller tries several); with `ahead` 0 none is, and a walk by
 // ranges that reads one line per access reads whole blocks of positions by vector gathers where
-// the CPU has AVX-512F (TouchRange::gathered; since stop 60). A walk by ranges (and the one walk of
-// `reader`, and of one thread) asks for its positions, and for the stream it reads, a fixed
-// distance ahead (kProbeStreamAheadBytes); the walks of the other splits ask for their streams
-// `ahead` positions ahead.
+// the CPU has AVX-512F (TouchRange::gathered; since stop 60) or AVX2 (gathered_avx2; since stop
+// 67). A walk by ranges (and the one walk of `reader`, and of one thread) asks for its positions,
+// and for the stream it reads, a fixed distance ahead (kProbeStreamAheadBytes); the walks of the
+// other splits ask for their streams `ahead` positions ahead.
 //
 // With `stream_written`, the stream is what the kernel writes (a gather's result, the update
 // gradients of a scatter's backward), and it is written in full by streaming stores, as a large
@@ -506,7 +557,7 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
                        stream_written && stream_bytes > 0 && ranges};
 #if defined(__x86_64__)
     // int32 positions gather by int32 offsets: only for a table they can clamp into.
-    walk.gathers = cpu_has_avx512f() && nbytes % 4 == 0 && (sizeof(P) == 8 || nbytes <= INT32_MAX);
+    walk.gathers = (cpu_has_avx512f() || cpu_has_avx2()) && nbytes % 4 == 0 && (sizeof(P) == 8 || nbytes <= INT32_MAX);
 #endif
     TouchRange<P> again = walk;
     if (then) again.stream_written = then->stream_written && stream_bytes > 0;
