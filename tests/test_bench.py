@@ -444,9 +444,12 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
     table = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
     before = table.copy()
     positions = rng.integers(0, table.size - span, 100_000).astype(width)
-    positions[:3] = [-5, table.size, np.iinfo(width).max]  # clamped into the table, never out of it
+    # Clamped into the table, never out of it: at the start, and inside a block of the walk by
+    # ranges (asked for ahead there, and touched one by one among four).
+    for at in (0, 5001):
+        positions[at : at + 3] = [-5, table.size, np.iinfo(width).max]
     clamped = np.clip(positions, 0, table.size - span)
-    clamped[0] = table.size - span  # -5 as unsigned is huge: the last valid position
+    clamped[[0, 5001]] = table.size - span  # -5 as unsigned is huge: the last valid position
     lines = np.minimum(64 * np.arange((span + 63) // 64), span - 1)
     want = int(table[(clamped[:, None] + lines[None, :]).reshape(-1)].astype(np.int64).sum())
     # The stream is read one byte per line, in step: ones count its lines (a line where two
