@@ -82,9 +82,9 @@ template <class P> struct TouchRange {
     // slower than the kernels it is the floor of (our reading, as for the vector gathers: the
     // misses in flight are bounded by the instructions the core holds). Old and new builds in
     // alternating processes, five rounds of medians of five calls, two threads, 32 ahead:
-    // gather_hist 15.99 -> 8.67 ms (scatterx 6.9 beside them), gather_max0 14.50 -> 8.45 (9.4),
-    // max0 11.41 -> 9.83 (15.2), rows_none 1.45 -> 1.27 (1.4), hist_add's reader 28.94 -> 21.92
-    // (13.4), faster in 5, 5, 4, 4 and 5 of 5 rounds. Accesses of several lines keep the walk
+    // gather_hist 15.99 -> 8.67 ms, gather_max0 14.50 -> 8.45, max0 11.41 -> 9.83, rows_none
+    // 1.45 -> 1.27, hist_add's reader 28.94 -> 21.92, faster in 5, 5, 4, 4 and 5 of 5 rounds
+    // (scatterx 6.9-7.0, 9.0-9.4, 15.2-16.1, 1.4-1.5 and 13.4-13.5 ms in the same processes). Accesses of several lines keep the walk
     // one position at a time (rows of 256 bytes: gather_mp, mp_add's reader, vjp_gather within
     // the rounds' spread either way); the lambdas are inlined by force, as without it the walk
     // of such rows, which calls them from three places, ran a third slower (mp_add's reader 8
