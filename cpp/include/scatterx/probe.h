@@ -84,11 +84,11 @@ template <class P> struct TouchRange {
     // alternating processes, five rounds of medians of five calls, two threads, 32 ahead:
     // gather_hist 15.99 -> 8.67 ms, gather_max0 14.50 -> 8.45, max0 11.41 -> 9.83, rows_none
     // 1.45 -> 1.27, hist_add's reader 28.94 -> 21.92, faster in 5, 5, 4, 4 and 5 of 5 rounds
-    // (scatterx 6.9-7.0, 9.0-9.4, 15.2-16.1, 1.4-1.5 and 13.4-13.5 ms in the same processes). Accesses of several lines keep the walk
-    // one position at a time (rows of 256 bytes: gather_mp, mp_add's reader, vjp_gather within
-    // the rounds' spread either way); the lambdas are inlined by force, as without it the walk
-    // of such rows, which calls them from three places, ran a third slower (mp_add's reader 8
-    // ahead 10.14 -> 13.37 ms, 0 of 6 rounds).
+    // (scatterx 6.9-7.0, 9.0-9.4, 15.2-16.1, 1.4-1.5 and 13.4-13.5 ms in the same processes).
+    // Accesses of several lines keep the walk one position at a time (rows of 256 bytes:
+    // gather_mp, mp_add's reader, vjp_gather within the rounds' spread either way); the lambdas
+    // are inlined by force, as without it the walk of such rows, which calls them from three
+    // places, ran a third slower (mp_add's reader 8 ahead 10.14 -> 13.37 ms, 0 of 6 rounds).
     template <bool Write, bool OneLine>
     uint64_t run(int64_t lo, int64_t hi, std::atomic<int64_t>* progress = nullptr) const {
         char* const tab = table;
