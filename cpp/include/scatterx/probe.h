@@ -171,7 +171,7 @@ template <class P> struct TouchRange {
             // Whole blocks whose requests ahead stay within the range: the block's stream and its
             // lines of positions asked for once per block, then its positions four at a time, with
             // one check for the four (as gather_elements_at checks its indices) and no other
-            // branch, the four clamped one by one where one is out (see run).
+            // branch, the four clamped one by one where one is out (see the comment above run).
             const int64_t lean_end = ahd > 0 ? std::min(last_block, (hi - ahd) & ~(kStreamBlock - 1)) : last_block;
             for (; k < lean_end; k += kStreamBlock) {
                 stream_step(k);
@@ -329,7 +329,20 @@ template <class P> struct TouchRange {
     // stream, `ahead` counted in listed positions, as the kernels' split by target rows does
     // (scatter_by_target_rows). A branch per position on whether it is this thread's
     // mispredicts half the time on random targets (stop 33: standalone, 1e7 float64 adds into
-    // 1e5 bins split between two threads, 47-85 ms with the branch, 22-27 listed).
+    // 1e5 bins split between two threads, 47-85 ms with the branch, 22-27 listed). Nor does the
+    // walk branch on whether a listed position's line of the stream is new to the thread (for 8
+    // bytes a position, about one in four, at random): it reads the line each time and counts it
+    // once; and it walks a block in a loop of each kind, with a checked part and without, so that
+    // the loop without keeps its counters in registers (a profile had the one loop add to a
+    // counter on the stack for every position). Stop 69, the Zen 3 machine, old and new builds
+    // in alternating processes, five rounds of medians of five calls, two threads, `hist_add`'s
+    // targets way: 45.55 -> 39.60 ms at none ahead, 60.08 -> 41.50 at 32; `hist_add_i32`'s 43.96
+    // -> 35.89 and 52.80 -> 38.76 (faster in 5 of 5 rounds each; scatterx 12.8-23.2 ms beside).
+    // In one build with a switch (four rounds of medians of seven, `hist_add`, none ahead): 44.10
+    // ms, 37.73 without the branch, 34.72 with the two loops as well; asking a block ahead for the
+    // next block's positions and stream too gained nothing (42.92 against 40.83). The ways of rows
+    // within the rounds' spread: `mp_add`'s targets way 8 ahead 9.47 -> 8.72 ms (4 of 5),
+    // `mp_add_dense`'s checked way 12.98 -> 13.58 (new faster in 4 of 8 rounds).
     // With a checked part (`ranged`), bytes [r0, r1) of it are read alongside, in order, spread
     // evenly over the positions: each block's share of the range over the positions it lists
     // (scatter_by_target_rows checks its chunks a few rows at a time between the rows it
@@ -375,30 +388,41 @@ template <class P> struct TouchRange {
             const int64_t b1 = std::min(count, b0 + kListBlock);
             const int64_t m = list(b1, std::min(count, b1 + kListBlock), listed);
             const int64_t rb0 = ranged_at(b0), rb1 = ranged_at(b1);
-            for (int64_t i = 0; i < listed; ++i) {
-                if (rs) read_ranged(rb0 + (rb1 - rb0) * i / listed);
-                if (ahd > 0 && i + ahd < m) {
-                    const uint64_t q = qs[i + ahd];
-                    for (int64_t l = 0; l < nl; ++l) __builtin_prefetch(tab + q + 64 * l, Write);
+            // The block's listed positions, with their share of the checked part where there is
+            // one (a loop of each kind: see run_listed).
+            auto walk = [&](auto with_ranged) __attribute__((always_inline)) {
+                for (int64_t i = 0; i < listed; ++i) {
+                    if constexpr (decltype(with_ranged)::value) read_ranged(rb0 + (rb1 - rb0) * i / listed);
+                    if (ahd > 0 && i + ahd < m) {
+                        const uint64_t q = qs[i + ahd];
+                        for (int64_t l = 0; l < nl; ++l) __builtin_prefetch(tab + q + 64 * l, Write);
+                        if (sbytes > 0) {
+                            const auto [a0, a1] = share_of(ks[i + ahd]);
+                            prefetch_read_once(stream + a0, a1 - a0, nta);
+                        }
+                    }
                     if (sbytes > 0) {
-                        const auto [a0, a1] = share_of(ks[i + ahd]);
-                        prefetch_read_once(stream + a0, a1 - a0, nta);
+                        // Every line of the position's share read (as a kernel reads the update of
+                        // each element it applies), counted the first time (read_to), without a
+                        // branch on whether it is (see run_listed).
+                        const auto [s0, s1] = share_of(ks[i]);
+                        for (int64_t s = s0 & ~int64_t(63); s < s1; s += 64) {
+                            const uint64_t v = uint8_t(*static_cast<const volatile char*>(stream + s));
+                            sum += v & (uint64_t(0) - uint64_t(s >= read_to));
+                            read_to = std::max(read_to, s + 64);
+                        }
+                    }
+                    const uint64_t q = qs[i];
+                    for (int64_t l = 0; l < nl; ++l) {
+                        volatile char* b = tab + q + std::min<int64_t>(64 * l, end);
+                        const char v = *b;
+                        sum += uint8_t(v);
+                        if constexpr (Write) *b = v;
                     }
                 }
-                if (sbytes > 0) {
-                    const auto [s0, s1] = share_of(ks[i]);
-                    int64_t s = std::max(s0 & ~int64_t(63), read_to);
-                    for (; s < s1; s += 64) sum += uint8_t(*static_cast<const volatile char*>(stream + s));
-                    read_to = std::max(read_to, s);
-                }
-                const uint64_t q = qs[i];
-                for (int64_t l = 0; l < nl; ++l) {
-                    volatile char* b = tab + q + std::min<int64_t>(64 * l, end);
-                    const char v = *b;
-                    sum += uint8_t(v);
-                    if constexpr (Write) *b = v;
-                }
-            }
+            };
+            if (rs) walk(std::true_type{});
+            else walk(std::false_type{});
             if (rs) read_ranged(rb1);
             std::copy(ks + listed, ks + m, ks);
             std::copy(qs + listed, qs + m, qs);
