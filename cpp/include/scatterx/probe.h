@@ -389,7 +389,7 @@ template <class P> struct TouchRange {
             const int64_t m = list(b1, std::min(count, b1 + kListBlock), listed);
             const int64_t rb0 = ranged_at(b0), rb1 = ranged_at(b1);
             // The block's listed positions, with their share of the checked part where there is
-            // one (a loop of each kind: see run_listed).
+            // one (a loop of each kind: see the comment above run_listed).
             auto walk = [&](auto with_ranged) __attribute__((always_inline)) {
                 for (int64_t i = 0; i < listed; ++i) {
                     if constexpr (decltype(with_ranged)::value) read_ranged(rb0 + (rb1 - rb0) * i / listed);
@@ -404,7 +404,7 @@ template <class P> struct TouchRange {
                     if (sbytes > 0) {
                         // Every line of the position's share read (as a kernel reads the update of
                         // each element it applies), counted the first time (read_to), without a
-                        // branch on whether it is (see run_listed).
+                        // branch on whether it is (see the comment above run_listed).
                         const auto [s0, s1] = share_of(ks[i]);
                         for (int64_t s = s0 & ~int64_t(63); s < s1; s += 64) {
                             const uint64_t v = uint8_t(*static_cast<const volatile char*>(stream + s));
