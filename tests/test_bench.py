@@ -485,6 +485,16 @@ def test_the_touch_probe_reads_each_line_once_and_writes_nothing_new(threads, sp
                 if split == "columns":
                     # A row of 8 positions holds one line of 64 bytes: read by each thread.
                     assert extra == whole.size // 64 * threads
+            if split == "reader":
+                # The reader's walk asks for its streams ahead where the one-fiber scatter does
+                # (set_fiber_streams_ahead, by CPU): both ways, each line touched and read once.
+                for streams, write in itertools.product((False, True), (False, True)):
+                    setting = _core.set_fiber_streams_ahead(streams)
+                    try:
+                        extra = _core.touch(table, positions, span, write, ahead, whole, split) - want
+                    finally:
+                        _core.set_fiber_streams_ahead(setting)
+                    assert extra == whole.size // 64
             assert _core.touch(table, positions, span, True, ahead, np.zeros(10, np.uint8), split, **fibers) == want
             # Two passes: every line touched once by each (block by block with ranges).
             for block, (w1, w2) in itertools.product((0, 1, 4096, 33_333, 10**9), ((False, False), (True, True))):

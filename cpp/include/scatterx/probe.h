@@ -71,6 +71,9 @@ template <class P> struct TouchRange {
     bool non_temporal = false;
     // Reads of one line per access by vector gathers (see gathered), where `ahead` is 0.
     bool gathers = false;
+    // Whether a walk by ranges asks for its positions and stream ahead (kProbeStreamAheadBytes);
+    // the one walk of `reader` asks only where the one-fiber scatter does (touch_lines).
+    bool streams_ahead = true;
 
     // With `progress`, the walk publishes how far it got every kProgressStep positions, for a
     // thread that reads ahead of it (read_ahead, as the one-fiber scatter does).
@@ -89,6 +92,21 @@ template <class P> struct TouchRange {
     // gather_mp, mp_add's reader, vjp_gather within the rounds' spread either way); the lambdas
     // are inlined by force, as without it the walk of such rows, which calls them from three
     // places, ran a third slower (mp_add's reader 8 ahead 10.14 -> 13.37 ms, 0 of 6 rounds).
+    // A block's written accesses are each read, stored back and counted, one after the other,
+    // into one sum (since stop 70): with a sum for each of the four, as the reads keep, the loop
+    // kept the sums on the stack, an extra load and store per access (our reading of the
+    // disassembly: four positions, four values and the loop's own registers leave no room for
+    // them). And the walk of `reader` asks for its streams ahead only where the one-fiber scatter
+    // does (fiber_streams_ahead): on the Zen 3 machine, where that scatter leaves them to the
+    // hardware prefetcher, `hist_add`'s reader way was slower than scatterx with them. Stop 70,
+    // one build with a switch, one process, two threads, ten rounds of medians of seven calls,
+    // `hist_add`'s reader 32 ahead: 28.63 ms as it was, 28.21 with its streams left alone, 22.76
+    // with one sum as well (none ahead 28.68 / 28.05 / 25.10; scatterx 18.81 beside). Old and new
+    // builds in alternating processes, six rounds of medians of five calls: `hist_add`'s reader
+    // 32 ahead 34.83 -> 27.79 ms, `hist_add_i32`'s 32.40 -> 28.08 (faster in 5 of 6 each),
+    // `vjp_mul`'s one thread none ahead 20.28 -> 13.46 (6 of 6); `rows_none`, `mid_mul` and
+    // `vjp_none` within the rounds' spread (scatterx 22.4, 23.7, 8.6, 2.7, 4.2 and 2.9 ms
+    // beside them, in the order named).
     template <bool Write, bool OneLine>
     uint64_t run(int64_t lo, int64_t hi, std::atomic<int64_t>* progress = nullptr) const {
         char* const tab = table;
@@ -121,7 +139,7 @@ template <class P> struct TouchRange {
                 }
                 if (progress && (k & (kProgressStep - 1)) == 0) progress->store(k, std::memory_order_release);
             }
-            if ((reinterpret_cast<uintptr_t>(pos + k) & 63) == 0 && k + far < hi) {
+            if (streams_ahead && (reinterpret_cast<uintptr_t>(pos + k) & 63) == 0 && k + far < hi) {
                 // A new line of positions: the line kProbeStreamAheadBytes on, and the stream's
                 // share of its positions (see kProbeStreamAheadBytes).
                 __builtin_prefetch(pos + k + far);
@@ -187,10 +205,20 @@ template <class P> struct TouchRange {
                     const uint64_t a = uint64_t(int64_t(pos[j])), b = uint64_t(int64_t(pos[j + 1]));
                     const uint64_t c = uint64_t(int64_t(pos[j + 2])), d = uint64_t(int64_t(pos[j + 3]));
                     if ((a <= lst) & (b <= lst) & (c <= lst) & (d <= lst)) [[likely]] {
-                        volatile char *pa = tab + a, *pb = tab + b, *pc = tab + c, *pd = tab + d;
-                        const char va = *pa, vb = *pb, vc = *pc, vd = *pd;
-                        s0 += uint8_t(va), s1 += uint8_t(vb), s2 += uint8_t(vc), s3 += uint8_t(vd);
-                        if constexpr (Write) *pa = va, *pb = vb, *pc = vc, *pd = vd;
+                        if constexpr (Write) {
+                            // Each access read, stored back and counted before the next, into one
+                            // sum (see the comment above run).
+                            for (const uint64_t q : {a, b, c, d}) {
+                                volatile char* p = tab + q;
+                                const char v = *p;
+                                *p = v;
+                                s0 += uint8_t(v);
+                            }
+                        } else {
+                            volatile char *pa = tab + a, *pb = tab + b, *pc = tab + c, *pd = tab + d;
+                            const char va = *pa, vb = *pb, vc = *pc, vd = *pd;
+                            s0 += uint8_t(va), s1 += uint8_t(vb), s2 += uint8_t(vc), s3 += uint8_t(vd);
+                        }
                     } else {
                         touch(j), touch(j + 1), touch(j + 2), touch(j + 3);
                     }
@@ -575,8 +603,9 @@ enum class TouchSplit : int { ranges = 0, reader = 1, targets = 2, lines = 3, ch
 // the pattern and the machine: the caller tries several); with `ahead` 0 none is, and a walk by
 // ranges that reads one line per access reads whole blocks of positions by vector gathers where
 // the CPU has AVX-512F (TouchRange::gathered; since stop 60) or AVX2 (gathered_avx2; since stop
-// 67). A walk by ranges (and the one walk of `reader`, and of one thread) asks for its positions,
-// and for the stream it reads, a fixed distance ahead (kProbeStreamAheadBytes); the walks of the
+// 67). A walk by ranges (and of one thread) asks for its positions, and for the stream it reads, a
+// fixed distance ahead (kProbeStreamAheadBytes), and so does the one walk of `reader` where the
+// one-fiber scatter asks for its streams (fiber_streams_ahead; since stop 70); the walks of the
 // other splits ask for their streams `ahead` positions ahead.
 //
 // With `stream_written`, the stream is what the kernel writes (a gather's result, the update
@@ -682,6 +711,9 @@ uint64_t touch_lines(char* table, int64_t nbytes, const P* positions, int64_t n,
     if (split == TouchSplit::reader) {
         // The stream as n values of `item` bytes (the last stream_bytes % n bytes left out).
         const int64_t item = stream_bytes / n;
+        // The walk asks for its streams ahead where the one-fiber scatter, whose strategy this is,
+        // asks for its own (ScatterBlock::fiber, fiber_streams_ahead; see the comment above run).
+        walk.streams_ahead = fiber_streams_ahead();
         std::atomic<int64_t> progress{0};
         ThreadPool::instance().run(2, [&](int w, int) {
             if (w == 1) {
