@@ -2231,8 +2231,9 @@ inline constexpr int64_t kGatherIndexAheadBytes = 1024;
 // axis; step N: a row of fibers gathered along an outer axis, element j from fiber j); an
 // out-of-bounds index is skipped and makes it return false. The lines [next, next + 64 * lines)
 // of a later fiber are prefetched along the way, spread over the elements; with `later` (the
-// indices of a later row of fibers, step N), so are that row's random source elements, four with
-// each four of this row (see gather_ahead). Four indices share one branch. Its callers are functions of their own, not inlined: in the module's large
+// indices of a later row of fibers, step N, or of the same fiber's elements further on, step 0),
+// so are their random source elements, four with each four of these (see gather_ahead and
+// kFiberGatherAhead). Four indices share one branch. Its callers are functions of their own, not inlined: in the module's large
 // translation unit the loop written inline in the kernel ran 1.4x slower than compiled alone
 // (last-axis gather of 4096 x 256 from 4096 x 1024 float16, two threads: 1.05-1.10 ms inline,
 // 0.73-0.76 ms with the compiler's inlining limits raised, 0.64-0.72 ms as one).
@@ -2254,8 +2255,15 @@ inline bool gather_elements_at(const I* iv, int64_t n, const char* src, Stride s
         __builtin_prefetch(reinterpret_cast<const char*>(iv + j) + kGatherIndexAheadBytes);
         if (later) {
             for (int64_t q = j; q < j + 4; ++q) {
-                const uint64_t w = uint64_t(int64_t(later[q]));  // a negative one is not asked for
-                if (w < limit) __builtin_prefetch(src + q * step + int64_t(w) * stride);
+                // Without a branch: a negative index normalised, one out of bounds asking for the
+                // first element. Until stop 71 a negative one was not asked for, by a branch that
+                // indices of random sign mispredict: 1e6 of them into 8 MB of float64, none / 32
+                // ahead, 5.9 / 8.8 ms with the branch, 5.6 / 4.0 without (five rounds of medians
+                // of seven, two threads).
+                int64_t w = int64_t(later[q]);
+                w += size & (w >> 63);
+                w = uint64_t(w) < limit ? w : 0;
+                __builtin_prefetch(src + q * step + w * stride);
             }
         }
         const uint64_t a = uint64_t(int64_t(iv[j])), b = uint64_t(int64_t(iv[j + 1]));
@@ -2270,6 +2278,20 @@ inline bool gather_elements_at(const I* iv, int64_t n, const char* src, Stride s
     if (line < lines) prefetch_lines(next + 64 * line, 64 * (lines - line));
     return !bad;
 }
+
+// A gather of one contiguous fiber from a source beyond kCacheBytes asks for the source element
+// of the index this many elements on while it reads the one at hand (gather_fiber, through
+// gather_elements_at's `later`): its reads land at random in a table that the cache does not
+// hold, and the core alone keeps too few of those misses in flight (our reading). Until stop 71
+// only the index stream was asked for ahead. Stop 71, the Zen 3 machine, one build with a
+// switch, one process, two threads, rounds of medians of nine calls, 1e7 random int64 indices
+// into float64 tables. None / 16 / 24 / 32 ahead (five rounds): 8 MB (1e6 elements) 32.1 / 22.5
+// / 23.7 / 20.9 ms, 32 MB 87.1 / 60.3 / 58.3 / 51.4, 80 MB 94.7 / 71.1 / 67.0 / 70.2, 2 MB 12.5
+// / 13.0 / 12.9 / 13.1. None / 8 / 16 / 24 (six rounds): 3.2 MB 13.5 / 13.1 / 14.1 / 12.8, 0.8
+// MB (`gather_hist`'s) 12.2 / 12.5 / 13.5 / 11.9, 0.48 MB 10.8 / 11.8 / 11.9 / 11.8. No gain in
+// or near the cache, hence the threshold. With medians of seven, none / 32: one thread, 8 MB
+// 29.3 / 27.4 ms; 16 MB of float32 by int32 indices 97.9 / 65.1 (two threads 56.2 / 31.4).
+inline constexpr int64_t kFiberGatherAhead = 32;
 
 // A gather whose output is written by streaming stores gathers its elements a run of this many
 // bytes at a time into a buffer (in L1), which stream_copy writes out: whole lines by one 64-byte
@@ -2310,19 +2332,27 @@ template <int64_t N, class I, bool Stream>
 [[gnu::noinline]] bool gather_fiber(const I* iv, int64_t n, const char* src, int64_t stride, char* out,
                                     int64_t size, const char* next, int64_t lines) {
     constexpr std::integral_constant<int64_t, 0> along;
-    auto fiber = [&](const I* ip, int64_t m, char* to, const char* nx, int64_t nl) {
+    // A source beyond the cache: its elements asked for ahead (kFiberGatherAhead).
+    const int64_t ahead = size * stride > kCacheBytes ? kFiberGatherAhead : 0;
+    // Elements [j, j + m) to `to`; those ahead asked for while they lie within the fiber.
+    auto fiber = [&](int64_t j, int64_t m, char* to, const char* nx, int64_t nl) {
+        const I* later = ahead > 0 && j + m + ahead <= n ? iv + j + ahead : nullptr;
         // Adjacent elements (a last-axis gather): the stride as a constant, which the addressing
         // folds into a scaled index instead of a multiplication per element.
         if (stride == N)
-            return gather_elements_at<N, I>(ip, m, src, std::integral_constant<int64_t, N>{}, along, to, size, nx, nl);
-        return gather_elements_at<N, I>(ip, m, src, stride, along, to, size, nx, nl);
+            return gather_elements_at<N, I>(iv + j, m, src, std::integral_constant<int64_t, N>{}, along, to, size, nx,
+                                            nl, later);
+        return gather_elements_at<N, I>(iv + j, m, src, stride, along, to, size, nx, nl, later);
     };
     if constexpr (!Stream) {
-        return fiber(iv, n, out, next, lines);
+        // The last `ahead` elements without asking (none lies ahead of them).
+        const int64_t cut = ahead > 0 ? std::max<int64_t>(0, n - ahead) : n;
+        const bool ok = fiber(0, cut, out, next, lines);
+        return fiber(cut, n - cut, out + cut * N, nullptr, 0) && ok;
     } else {
         return stream_runs<N>(n, out, [&](int64_t j0, int64_t m, char* buf) {
             const int64_t l0 = lines * j0 / n, l1 = lines * (j0 + m) / n;
-            return fiber(iv + j0, m, buf, next ? next + 64 * l0 : next, l1 - l0);
+            return fiber(j0, m, buf, next ? next + 64 * l0 : next, l1 - l0);
         });
     }
 }

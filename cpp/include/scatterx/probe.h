@@ -371,6 +371,17 @@ template <class P> struct TouchRange {
     // next block's positions and stream too gained nothing (42.92 against 40.83). The ways of rows
     // within the rounds' spread: `mp_add`'s targets way 8 ahead 9.47 -> 8.72 ms (4 of 5),
     // `mp_add_dense`'s checked way 12.98 -> 13.58 (new faster in 4 of 8 rounds).
+    // Since stop 71 the listing goes four positions at a time by AVX2 (listed_avx2); an access of
+    // one line whose share of the stream lies within one line is walked without the loops over
+    // lines (walk_single); and each block asks for the positions of the block after the one it
+    // lists, and for the stream of the one it lists, as scatter_fiber_by_targets asks for its
+    // streams ahead. Stop 71, the Zen 3 machine, one build with switches, one process, two
+    // threads, four rounds of medians of seven calls, `hist_add`'s targets way none ahead: 65.7 ms
+    // as it was, 63.6 with the AVX2 listing, 47.2 with walk_single, 42.8 with both (32 ahead:
+    // 67.9 / 65.6 / 50.1 / 44.6); a second build, 42.0 -> 35.0 with the blocks asked for ahead as
+    // well (32 ahead 46.8 / 48.4; with stop 69's walk, above, asking gained nothing). Beside them
+    // scatterx took 16-21 ms, its own split by targets (set_fiber_split, not its choice on this
+    // CPU) 24-26: the way is still slower than both.
     // With a checked part (`ranged`), bytes [r0, r1) of it are read alongside, in order, spread
     // evenly over the positions: each block's share of the range over the positions it lists
     // (scatter_by_target_rows checks its chunks a few rows at a time between the rows it
@@ -398,10 +409,18 @@ template <class P> struct TouchRange {
             if (per >= 0) return {k * per, k * per + per};
             return {stream_share_end(k, count, sbytes), stream_share_end(k + 1, count, sbytes)};
         };
-        int64_t ks[2 * kListBlock];
-        uint64_t qs[2 * kListBlock];
+        // Room for the whole-vector stores of listed_avx2 beyond the last listed position.
+        alignas(32) int64_t ks[2 * kListBlock + 4];
+        alignas(32) uint64_t qs[2 * kListBlock + 4];
+#ifdef SCATTERX_HAVE_F16C_PATH
+        const bool by_avx2 = cpu_has_avx2();
+#endif
         auto list = [&](int64_t b0, int64_t b1, int64_t m) {
-            for (int64_t k = b0; k < b1; ++k) {
+            int64_t k = b0;
+#ifdef SCATTERX_HAVE_F16C_PATH
+            if (by_avx2) k = listed_avx2(pos, b0, b1, lst, t0, width, ks, qs, m);
+#endif
+            for (; k < b1; ++k) {
                 const uint64_t q = std::min(uint64_t(int64_t(pos[k])), lst);
                 ks[m] = k;
                 qs[m] = q;
@@ -411,9 +430,21 @@ template <class P> struct TouchRange {
         };
         uint64_t sum = 0;
         int64_t read_to = 0;  // the stream's lines below this offset have been read
+        const bool single = nl == 1 && per > 0 && 64 % per == 0;
+        const bool blocks_ahead = per >= 0;
         int64_t listed = list(0, std::min(count, kListBlock), 0);
         for (int64_t b0 = 0; b0 < count; b0 += kListBlock) {
             const int64_t b1 = std::min(count, b0 + kListBlock);
+            if (blocks_ahead) {
+                // The positions of the block after the one listed next, and the stream of the one
+                // listed next.
+                const int64_t a1 = std::min(count, b1 + kListBlock), a2 = std::min(count, a1 + kListBlock);
+                prefetch_lines(reinterpret_cast<const char*>(pos + a1), (a2 - a1) * int64_t(sizeof(P)));
+                if (sbytes > 0) {
+                    const int64_t from = share_of(b1).first;
+                    prefetch_read_once(stream + from, share_of(a1).first - from, nta);
+                }
+            }
             const int64_t m = list(b1, std::min(count, b1 + kListBlock), listed);
             const int64_t rb0 = ranged_at(b0), rb1 = ranged_at(b1);
             // The block's listed positions, with their share of the checked part where there is
@@ -449,7 +480,27 @@ template <class P> struct TouchRange {
                     }
                 }
             };
+            // Accesses of one line whose share of the stream lies within one line (`single`): the
+            // same reads without the loops over lines, and the stream's lines in order (each
+            // position's line is the one last read or a later one).
+            auto walk_single = [&]() __attribute__((always_inline)) {
+                for (int64_t i = 0; i < listed; ++i) {
+                    if (ahd > 0 && i + ahd < m) {
+                        __builtin_prefetch(tab + qs[i + ahd], Write);
+                        prefetch_read_once(stream + ks[i + ahd] * per, 1, nta);
+                    }
+                    const int64_t s = (ks[i] * per) & ~int64_t(63);
+                    const uint64_t v = uint8_t(*static_cast<const volatile char*>(stream + s));
+                    sum += v & (uint64_t(0) - uint64_t(s >= read_to));
+                    read_to = s + 64;
+                    volatile char* b = tab + qs[i];
+                    const char c = *b;
+                    sum += uint8_t(c);
+                    if constexpr (Write) *b = c;
+                }
+            };
             if (rs) walk(std::true_type{});
+            else if (single) walk_single();
             else walk(std::false_type{});
             if (rs) read_ranged(rb1);
             std::copy(ks + listed, ks + m, ks);
@@ -458,6 +509,39 @@ template <class P> struct TouchRange {
         }
         return sum + rsum;
     }
+
+#ifdef SCATTERX_HAVE_F16C_PATH
+    // run_listed's listing by AVX2, four positions at a time: of positions [k0, k1), each clamped
+    // to `last`, those in [t0, t0 + width) are appended to qs (the clamped position) and ks (its
+    // number) from m on, by a compress of the four lanes (kCompress4, as list_own_avx2 lists a
+    // fiber's own targets), m counting them; returns the first position not looked at (fewer
+    // than four are left, for the caller's loop). The lists need room for four entries beyond
+    // the last one listed. Unsigned lanes are compared signed with their sign bits flipped.
+    __attribute__((target("avx2"))) static int64_t listed_avx2(const P* pos, int64_t k0, int64_t k1, uint64_t last,
+                                                               uint64_t t0, uint64_t width, int64_t* ks, uint64_t* qs,
+                                                               int64_t& m) {
+        const __m256i sign = _mm256_set1_epi64x(INT64_MIN), last64 = _mm256_set1_epi64x(int64_t(last));
+        const __m256i last_flipped = _mm256_xor_si256(last64, sign), from = _mm256_set1_epi64x(int64_t(t0));
+        const __m256i width_flipped = _mm256_set1_epi64x(int64_t(width) ^ INT64_MIN), four = _mm256_set1_epi64x(4);
+        __m256i at = _mm256_add_epi64(_mm256_setr_epi64x(0, 1, 2, 3), _mm256_set1_epi64x(k0));
+        int64_t k = k0, listed = m;
+        for (; k + 4 <= k1; k += 4) {
+            __m256i q;
+            if constexpr (sizeof(P) == 8) q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pos + k));
+            else q = _mm256_cvtepi32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pos + k)));
+            q = _mm256_blendv_epi8(q, last64, _mm256_cmpgt_epi64(_mm256_xor_si256(q, sign), last_flipped));
+            const __m256i own = _mm256_cmpgt_epi64(width_flipped, _mm256_xor_si256(_mm256_sub_epi64(q, from), sign));
+            const int mask = _mm256_movemask_pd(_mm256_castsi256_pd(own));
+            const __m256i perm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kCompress4[mask].data()));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + listed), _mm256_permutevar8x32_epi32(q, perm));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(ks + listed), _mm256_permutevar8x32_epi32(at, perm));
+            listed += __builtin_popcount(unsigned(mask));
+            at = _mm256_add_epi64(at, four);
+        }
+        m = listed;
+        return k;
+    }
+#endif
 
 #if defined(__x86_64__)
     // The sum of the bytes at positions [k0, k1) of the table (each clamped to `last`; k0 and
