@@ -977,27 +977,27 @@ def test_gather_of_random_rows_beyond_the_cache(streaming_outputs, restore_threa
 @pytest.mark.parametrize("size", [10_007, 5, 63])
 def test_gather_of_a_fiber_from_a_source_beyond_the_cache(streaming_outputs, restore_threads, threads, index_dtype,
                                                           size):
-    """A contiguous fiber gathered from a source larger than kCacheBytes (2 MB) asks for the
-    source element kFiberGatherAhead (32) indices on (gather_fiber): negative and out-of-bounds
+    """A contiguous fiber gathered from a source larger than kFiberGatherFarBytes (8 MiB) asks for
+    the source element kFiberGatherAhead (32) indices on (gather_fiber): negative and out-of-bounds
     indices among those asked for, fibers shorter than that distance, the last elements of a fiber
     (none lies ahead of them) and, with streaming stores, runs of 64 elements that end within 32
     of the fiber's end. A bad index in the first or the last 32 raises and writes nothing."""
     sx.set_num_threads(threads)
     rng = np.random.default_rng(43)
-    data = rng.standard_normal(300_000)  # 2.4 MB
-    indices = rng.integers(-300_000, 300_000, size).astype(index_dtype)
+    data = rng.standard_normal(1_100_000)  # 8.8 MB
+    indices = rng.integers(-1_100_000, 1_100_000, size).astype(index_dtype)
     want = np.take_along_axis(data, indices, 0)
     np.testing.assert_array_equal(sx.gather_elements(data, indices, 0).view(np.uint8), want.view(np.uint8))
     out = np.full(size, 7.0)
     np.testing.assert_array_equal(sx.gather_elements(data, indices, 0, out=out).view(np.uint8), want.view(np.uint8))
     for at in sorted({0, max(0, size - 40), size - 1}):
         bad = indices.copy()
-        bad[at] = 300_000  # asked for ahead as the first element, then skipped and reported
+        bad[at] = 1_100_000  # asked for ahead as the first element, then skipped and reported
         out = np.full(size, 7.0)
-        with pytest.raises(IndexError, match=rf"index 300000 at indices\[{at}\]"):
+        with pytest.raises(IndexError, match=rf"index 1100000 at indices\[{at}\]"):
             sx.gather_elements(data, bad, 0, out=out)
         assert (out == 7.0).all()
-        with pytest.raises(IndexError, match=rf"index 300000 at indices\[{at}\]"):
+        with pytest.raises(IndexError, match=rf"index 1100000 at indices\[{at}\]"):
             sx.gather_elements(data, bad, 0)
 
 

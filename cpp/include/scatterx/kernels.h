@@ -2255,15 +2255,23 @@ inline bool gather_elements_at(const I* iv, int64_t n, const char* src, Stride s
         __builtin_prefetch(reinterpret_cast<const char*>(iv + j) + kGatherIndexAheadBytes);
         if (later) {
             for (int64_t q = j; q < j + 4; ++q) {
-                // Without a branch: a negative index normalised, one out of bounds asking for the
-                // first element. Until stop 71 a negative one was not asked for, by a branch that
-                // indices of random sign mispredict: 1e6 of them into 8 MB of float64, none / 32
-                // ahead, 5.9 / 8.8 ms with the branch, 5.6 / 4.0 without (five rounds of medians
-                // of seven, two threads).
-                int64_t w = int64_t(later[q]);
-                w += size & (w >> 63);
-                w = uint64_t(w) < limit ? w : 0;
-                __builtin_prefetch(src + q * step + w * stride);
+                if constexpr (Step{} == 0) {
+                    // A fiber's own elements further on (kFiberGatherAhead), without a branch: a
+                    // negative index normalised, one out of bounds asking for the first element.
+                    // With the branch below, which indices of random sign mispredict, 1e6 of them
+                    // into 8 MB of float64 took 5.9 / 8.8 ms none / 32 ahead, without it 5.6 / 4.0
+                    // (stop 71, one process, five rounds of medians of seven, two threads).
+                    int64_t w = int64_t(later[q]);
+                    w += size & (w >> 63);
+                    w = uint64_t(w) < limit ? w : 0;
+                    __builtin_prefetch(src + w * stride);
+                } else {
+                    // A later row's: its negative indices are not asked for. Without the branch
+                    // (as above) gather_max0 took 18.4 -> 22.9 ms, faster in 1 of 10 rounds of
+                    // alternating processes (stop 71).
+                    const uint64_t w = uint64_t(int64_t(later[q]));
+                    if (w < limit) __builtin_prefetch(src + q * step + int64_t(w) * stride);
+                }
             }
         }
         const uint64_t a = uint64_t(int64_t(iv[j])), b = uint64_t(int64_t(iv[j + 1]));
@@ -2279,18 +2287,22 @@ inline bool gather_elements_at(const I* iv, int64_t n, const char* src, Stride s
     return !bad;
 }
 
-// A gather of one contiguous fiber from a source beyond kCacheBytes asks for the source element
-// of the index this many elements on while it reads the one at hand (gather_fiber, through
-// gather_elements_at's `later`): its reads land at random in a table that the cache does not
-// hold, and the core alone keeps too few of those misses in flight (our reading). Until stop 71
-// only the index stream was asked for ahead. Stop 71, the Zen 3 machine, one build with a
-// switch, one process, two threads, rounds of medians of nine calls, 1e7 random int64 indices
-// into float64 tables. None / 16 / 24 / 32 ahead (five rounds): 8 MB (1e6 elements) 32.1 / 22.5
-// / 23.7 / 20.9 ms, 32 MB 87.1 / 60.3 / 58.3 / 51.4, 80 MB 94.7 / 71.1 / 67.0 / 70.2, 2 MB 12.5
-// / 13.0 / 12.9 / 13.1. None / 8 / 16 / 24 (six rounds): 3.2 MB 13.5 / 13.1 / 14.1 / 12.8, 0.8
-// MB (`gather_hist`'s) 12.2 / 12.5 / 13.5 / 11.9, 0.48 MB 10.8 / 11.8 / 11.9 / 11.8. No gain in
-// or near the cache, hence the threshold. With medians of seven, none / 32: one thread, 8 MB
-// 29.3 / 27.4 ms; 16 MB of float32 by int32 indices 97.9 / 65.1 (two threads 56.2 / 31.4).
+// A gather of one contiguous fiber from a source beyond kFiberGatherFarBytes asks for the source
+// element of the index this many elements on while it reads the one at hand (gather_fiber,
+// through gather_elements_at's `later`): its reads land at random in a table that the cache does
+// not hold, and the core alone keeps too few of those misses in flight (our reading). Until stop
+// 71 only the index stream was asked for ahead. Stop 71, the Zen 3 machine (32 MB of L3), two
+// threads, 1e7 random indices. One build with a switch, one process, rounds of medians of nine
+// calls, int64 indices into float64 tables, none / 16 / 24 / 32 ahead (five rounds): 8 MB 32.1 /
+// 22.5 / 23.7 / 20.9 ms, 32 MB 87.1 / 60.3 / 58.3 / 51.4, 80 MB 94.7 / 71.1 / 67.0 / 70.2, 2 MB
+// 12.5 / 13.0 / 12.9 / 13.1; none / 8 / 16 / 24 (six rounds): 3.2 MB 13.5 / 13.1 / 14.1 / 12.8,
+// 0.8 MB (`gather_hist`'s) 12.2 / 12.5 / 13.5 / 11.9. Old and new builds in alternating
+// processes (ten rounds of medians of seven, 32 ahead from 2 MB on): 32 MB 78.7 -> 48.8 ms and
+// 16 MB of float32 by int32 indices 56.4 -> 40.6 (faster in 9 of 10 each), but 8 MB 16.0 ->
+// 19.5 (4 of 10) and 2.4 MB 12.1 -> 14.0 (0 of 10); hence the threshold, between 8 and 16 MB
+// here (the switch's "none" had run the new code without the requests: our guess is that it
+// did not stand for the old code's loop).
+inline constexpr int64_t kFiberGatherFarBytes = int64_t(8) << 20;
 inline constexpr int64_t kFiberGatherAhead = 32;
 
 // A gather whose output is written by streaming stores gathers its elements a run of this many
@@ -2328,15 +2340,19 @@ template <int64_t N, class Fill> inline bool stream_runs(int64_t n, char* out, F
 // One contiguous fiber of a gather (gather_elements_at, step 0); with `Stream`, out is written by
 // streaming stores, a run at a time (stream_runs; the caller fences), and the prefetch of the
 // later fiber's lines is shared out over the runs.
-template <int64_t N, class I, bool Stream>
+template <int64_t N, class I, bool Stream, bool Far>
 [[gnu::noinline]] bool gather_fiber(const I* iv, int64_t n, const char* src, int64_t stride, char* out,
                                     int64_t size, const char* next, int64_t lines) {
     constexpr std::integral_constant<int64_t, 0> along;
-    // A source beyond the cache: its elements asked for ahead (kFiberGatherAhead).
-    const int64_t ahead = size * stride > kCacheBytes ? kFiberGatherAhead : 0;
+    // A source beyond kFiberGatherFarBytes (`Far`): its elements asked for ahead
+    // (kFiberGatherAhead). A template parameter, so that other fibers run the loop without it:
+    // as a run-time choice it made the last-axis gather of 4096 x 256 from 4096 x 1024 float32
+    // slower, 0.81 -> 1.03 ms (faster in 1 of 6 rounds of alternating processes), where as a
+    // template parameter 1.06 / 0.98 ms (7 of 10; our reading: the loop's code).
+    constexpr int64_t ahead = Far ? kFiberGatherAhead : 0;
     // Elements [j, j + m) to `to`; those ahead asked for while they lie within the fiber.
     auto fiber = [&](int64_t j, int64_t m, char* to, const char* nx, int64_t nl) {
-        const I* later = ahead > 0 && j + m + ahead <= n ? iv + j + ahead : nullptr;
+        const I* later = Far && j + m + ahead <= n ? iv + j + ahead : nullptr;
         // Adjacent elements (a last-axis gather): the stride as a constant, which the addressing
         // folds into a scaled index instead of a multiplication per element.
         if (stride == N)
@@ -2344,9 +2360,11 @@ template <int64_t N, class I, bool Stream>
                                             nl, later);
         return gather_elements_at<N, I>(iv + j, m, src, stride, along, to, size, nx, nl, later);
     };
-    if constexpr (!Stream) {
+    if constexpr (!Stream && !Far) {
+        return fiber(0, n, out, next, lines);
+    } else if constexpr (!Stream) {
         // The last `ahead` elements without asking (none lies ahead of them).
-        const int64_t cut = ahead > 0 ? std::max<int64_t>(0, n - ahead) : n;
+        const int64_t cut = std::max<int64_t>(0, n - ahead);
         const bool ok = fiber(0, cut, out, next, lines);
         return fiber(cut, n - cut, out + cut * N, nullptr, 0) && ok;
     } else {
@@ -2524,6 +2542,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             if (astr[1] == int64_t(sizeof(I)) && astr[2] == N) {
                 // Contiguous fibers: typed addressing, no stride products.
                 const bool span = dstr == N && size * N <= kSpanBytes;
+                const bool far_source = size * dstr > kFiberGatherFarBytes;  // see kFiberGatherAhead
                 const int64_t lines = (size * N + 63) / 64;
                 for (int64_t k = 0; k < count; ++k) {
                     const char* dp = p[0] + k * in[0];
@@ -2531,9 +2550,13 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                     const I* iv = reinterpret_cast<const I*>(p[1] + k * in[1]) + j0;
                     char* op = p[2] + k * in[2] + j0 * N;
                     const int64_t ahead = next ? lines : 0;
-                    if (!(stream ? gather_fiber<N, I, true>(iv, j1 - j0, dp, dstr, op, size, next, ahead)
-                                 : gather_fiber<N, I, false>(iv, j1 - j0, dp, dstr, op, size, next, ahead)))
-                        local_bad = true;
+                    const int64_t m = j1 - j0;
+                    const bool ok = far_source
+                        ? (stream ? gather_fiber<N, I, true, true>(iv, m, dp, dstr, op, size, next, ahead)
+                                  : gather_fiber<N, I, false, true>(iv, m, dp, dstr, op, size, next, ahead))
+                        : (stream ? gather_fiber<N, I, true, false>(iv, m, dp, dstr, op, size, next, ahead)
+                                  : gather_fiber<N, I, false, false>(iv, m, dp, dstr, op, size, next, ahead));
+                    if (!ok) local_bad = true;
                 }
             } else {
                 for (int64_t k = 0; k < count; ++k)
