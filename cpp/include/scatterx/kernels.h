@@ -2233,10 +2233,11 @@ inline constexpr int64_t kGatherIndexAheadBytes = 1024;
 // of a later fiber are prefetched along the way, spread over the elements; with `later` (the
 // indices of a later row of fibers, step N, or of the same fiber's elements further on, step 0),
 // so are their random source elements, four with each four of these (see gather_ahead and
-// kFiberGatherAhead). Four indices share one branch. Its callers are functions of their own, not inlined: in the module's large
-// translation unit the loop written inline in the kernel ran 1.4x slower than compiled alone
-// (last-axis gather of 4096 x 256 from 4096 x 1024 float16, two threads: 1.05-1.10 ms inline,
-// 0.73-0.76 ms with the compiler's inlining limits raised, 0.64-0.72 ms as one).
+// kFiberGatherAhead). Four indices share one branch. Its callers are functions of their own, not
+// inlined: in the module's large translation unit the loop written inline in the kernel ran 1.4x
+// slower than compiled alone (last-axis gather of 4096 x 256 from 4096 x 1024 float16, two threads:
+// 1.05-1.10 ms inline, 0.73-0.76 ms with the compiler's inlining limits raised, 0.64-0.72 ms as
+// one).
 template <int64_t N, class I, class Stride, class Step>
 inline bool gather_elements_at(const I* iv, int64_t n, const char* src, Stride stride, Step step, char* out,
                                int64_t size, const char* next, int64_t lines, const I* later = nullptr) {
@@ -2267,8 +2268,9 @@ inline bool gather_elements_at(const I* iv, int64_t n, const char* src, Stride s
                     __builtin_prefetch(src + w * stride);
                 } else {
                     // A later row's: its negative indices are not asked for. Without the branch
-                    // (as above) gather_max0 took 18.4 -> 22.9 ms, faster in 1 of 10 rounds of
-                    // alternating processes (stop 71).
+                    // (as above) gather_max0 took 19.6 -> 22.7 and 18.4 -> 22.9 ms (two samples
+                    // in each process, faster in 4 and 1 of 10 rounds of alternating processes,
+                    // stop 71).
                     const uint64_t w = uint64_t(int64_t(later[q]));
                     if (w < limit) __builtin_prefetch(src + q * step + int64_t(w) * stride);
                 }
