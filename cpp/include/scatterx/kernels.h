@@ -1060,6 +1060,24 @@ inline constexpr auto kCompress4 = [] {
             if (mask >> l & 1) t[mask][2 * k] = 2 * l, t[mask][2 * k + 1] = 2 * l + 1, ++k;
     return t;
 }();
+// Four indices from iv as 64-bit lanes (int32 ones sign-extended).
+template <class I> [[gnu::always_inline]] __attribute__((target("avx2"))) inline __m256i load4_as_int64(const I* iv) {
+    if constexpr (sizeof(I) == 8) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(iv));
+    else return _mm256_cvtepi32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iv)));
+}
+// Appends the 64-bit lanes of `values` and `numbers` that `keep` marks (a lane of ones), in order,
+// to vs and ns from k on, by whole-vector stores through kCompress4 (the lists need room for four
+// entries beyond the last one kept); returns the new count.
+template <class V, class N>
+[[gnu::always_inline]] __attribute__((target("avx2"))) inline int64_t append_kept4(__m256i keep, __m256i values,
+                                                                                 __m256i numbers, V* vs, N* ns,
+                                                                                 int64_t k) {
+    const int mask = _mm256_movemask_pd(_mm256_castsi256_pd(keep));
+    const __m256i perm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kCompress4[mask].data()));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(vs + k), _mm256_permutevar8x32_epi32(values, perm));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(ns + k), _mm256_permutevar8x32_epi32(numbers, perm));
+    return k + __builtin_popcount(unsigned(mask));
+}
 // list_own_targets four indices at a time by AVX2 (the compress by a permutation from kCompress4);
 // as list_own_avx512. AVX2 compares signed lanes: the unsigned ones flip their sign bits first.
 template <class I>
@@ -1074,17 +1092,11 @@ __attribute__((target("avx2"))) inline int64_t list_own_avx2(const I* iv, int64_
     __m256i outside = zero;
     int64_t j = 0, k = m;
     for (; j + 4 <= n; j += 4) {
-        __m256i r;
-        if constexpr (sizeof(I) == 8) r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(iv + j));
-        else r = _mm256_cvtepi32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iv + j)));
+        __m256i r = load4_as_int64(iv + j);
         r = _mm256_add_epi64(r, _mm256_and_si256(_mm256_cmpgt_epi64(zero, r), vsize));
         outside = _mm256_or_si256(outside, _mm256_cmpgt_epi64(_mm256_xor_si256(r, sign), last));
         const __m256i own = _mm256_cmpgt_epi64(width, _mm256_xor_si256(_mm256_sub_epi64(r, vlo), sign));
-        const int mask = _mm256_movemask_pd(_mm256_castsi256_pd(own));
-        const __m256i perm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kCompress4[mask].data()));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(tgt + k), _mm256_permutevar8x32_epi32(r, perm));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pos + k), _mm256_permutevar8x32_epi32(at, perm));
-        k += __builtin_popcount(unsigned(mask));
+        k = append_kept4(own, r, at, tgt, pos, k);
         at = _mm256_add_epi64(at, four);
     }
     bad |= !_mm256_testz_si256(outside, outside);

@@ -513,7 +513,7 @@ template <class P> struct TouchRange {
 #ifdef SCATTERX_HAVE_F16C_PATH
     // run_listed's listing by AVX2, four positions at a time: of positions [k0, k1), each clamped
     // to `last`, those in [t0, t0 + width) are appended to qs (the clamped position) and ks (its
-    // number) from m on, by a compress of the four lanes (kCompress4, as list_own_avx2 lists a
+    // number) from m on, by a compress of the four lanes (append_kept4, as list_own_avx2 lists a
     // fiber's own targets), m counting them; returns the first position not looked at (fewer
     // than four are left, for the caller's loop). The lists need room for four entries beyond
     // the last one listed. Unsigned lanes are compared signed with their sign bits flipped.
@@ -526,16 +526,10 @@ template <class P> struct TouchRange {
         __m256i at = _mm256_add_epi64(_mm256_setr_epi64x(0, 1, 2, 3), _mm256_set1_epi64x(k0));
         int64_t k = k0, listed = m;
         for (; k + 4 <= k1; k += 4) {
-            __m256i q;
-            if constexpr (sizeof(P) == 8) q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pos + k));
-            else q = _mm256_cvtepi32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pos + k)));
+            __m256i q = load4_as_int64(pos + k);
             q = _mm256_blendv_epi8(q, last64, _mm256_cmpgt_epi64(_mm256_xor_si256(q, sign), last_flipped));
             const __m256i own = _mm256_cmpgt_epi64(width_flipped, _mm256_xor_si256(_mm256_sub_epi64(q, from), sign));
-            const int mask = _mm256_movemask_pd(_mm256_castsi256_pd(own));
-            const __m256i perm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kCompress4[mask].data()));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + listed), _mm256_permutevar8x32_epi32(q, perm));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(ks + listed), _mm256_permutevar8x32_epi32(at, perm));
-            listed += __builtin_popcount(unsigned(mask));
+            listed = append_kept4(own, q, at, qs, ks, listed);
             at = _mm256_add_epi64(at, four);
         }
         m = listed;
