@@ -6,15 +6,12 @@ written, so an error leaves ``out`` untouched.
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from . import _core
-from ._rules import NATIVE_DTYPES, GatherCall, ScatterCall, is_string_dtype, raise_out_of_bounds
+from ._rules import GatherCall, ScatterCall, is_bfloat16, is_string_dtype, raise_out_of_bounds, type_code
 
-_TYPE_CODES = {dt: code for code, dt in enumerate(NATIVE_DTYPES)}
 _REDUCTION_CODES = {name: i for i, name in enumerate(_core.reductions)}
-_core.set_bfloat16_type(np.dtype(ml_dtypes.bfloat16).num)
 
 
 def new_array(shape: tuple, dtype) -> np.ndarray:
@@ -29,14 +26,15 @@ def copy(arr: np.ndarray) -> np.ndarray:
     return result
 
 
-_SHORT_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+def _short_float(dtype: np.dtype) -> bool:
+    return dtype == np.float16 or is_bfloat16(dtype)
 
 
 def _converted(arr: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
     """`arr` converted natively (float32 into float16 or bfloat16, or back; NumPy casts to and
     from float16 one element at a time, several times slower on one thread), or None."""
     pair = (arr.dtype, dtype)
-    if (pair[0] == np.float32 and pair[1] in _SHORT_FLOATS) or (pair[0] in _SHORT_FLOATS and pair[1] == np.float32):
+    if (pair[0] == np.float32 and _short_float(pair[1])) or (_short_float(pair[0]) and pair[1] == np.float32):
         if arr.flags.c_contiguous and arr.dtype.isnative:
             result = new_array(arr.shape, dtype)
             _core.convert(arr, result)
@@ -121,7 +119,7 @@ def scatter(call: ScatterCall, out: np.ndarray | None) -> np.ndarray:
         updates = _detach(updates, out)
     bad = _core.scatter(
         data, indices, updates, out, call.axis, _REDUCTION_CODES[call.reduction],
-        _TYPE_CODES[data.dtype], copy, not fresh,
+        type_code(data.dtype), copy, not fresh,
     )
     if bad >= 0:
         raise_out_of_bounds(indices, bad, call.axis, data.shape[call.axis])
@@ -168,7 +166,7 @@ def extremum_backward(
         c, code = None, 0
     else:
         a, b, c = (np.ascontiguousarray(v) for v in values)
-        code = _TYPE_CODES[a.dtype]
+        code = type_code(a.dtype)
     grad_data = new_array(grad.shape, grad.dtype)
     grad_updates = new_array(indices.shape, grad.dtype)
     bad = _core.extremum_backward(grad, a, indices, b, c, grad_data, grad_updates, axis, code)
@@ -197,7 +195,7 @@ def mul_backward(
     grad_data = new_array(grad.shape, dtype)
     updates = np.ascontiguousarray(updates, dtype=dtype)
     grad_updates = new_array(updates.shape, dtype)
-    bad = _core.mul_backward(grad, data, indices, updates, grad_data, grad_updates, axis, _TYPE_CODES[dtype])
+    bad = _core.mul_backward(grad, data, indices, updates, grad_data, grad_updates, axis, type_code(dtype))
     if bad >= 0:
         raise_out_of_bounds(indices, bad, axis, grad.shape[axis])
     one = np.conj(dtype.type(1))

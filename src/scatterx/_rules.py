@@ -7,23 +7,63 @@ its inputs here, so the rules and their error messages exist once. See SPEC sect
 from __future__ import annotations
 
 import operator
+import sys
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from . import _core
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 
-# The native element types, in the order of the core's one type list (their type codes).
-NATIVE_DTYPES = tuple(
-    np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name) for name in _core.element_types
-)
-FLOAT_DTYPES = tuple(np.dtype(n) for n in ("float16", "float32", "float64")) + (
-    np.dtype(ml_dtypes.bfloat16),
-)
+# The native element types by their type codes (their order in the core's one type list). bfloat16
+# joins when ml_dtypes is first needed (`bfloat16`).
+_TYPE_CODES = {np.dtype(name): code for code, name in enumerate(_core.element_types) if name != "bfloat16"}
+_PLAIN_FLOATS = tuple(np.dtype(n) for n in ("float16", "float32", "float64"))
 COMPLEX_DTYPES = (np.dtype("complex64"), np.dtype("complex128"))
+_bfloat16: np.dtype | None = None
+
+
+def bfloat16() -> np.dtype:
+    """ml_dtypes' bfloat16, ml_dtypes imported on the first call. Its import takes about a second
+    with NumPy 2.4 (NumPy comparing each ufunc loop it registers with those before it), which
+    ``import scatterx`` does not pay. The first call also gives the core the type's number, so
+    that its short path takes bfloat16 arrays from then on."""
+    global _bfloat16
+    if _bfloat16 is None:
+        import ml_dtypes
+
+        dtype = np.dtype(ml_dtypes.bfloat16)
+        _core.set_bfloat16_type(dtype.num)
+        _TYPE_CODES[dtype] = _core.element_types.index("bfloat16")
+        _bfloat16 = dtype
+    return _bfloat16
+
+
+def is_bfloat16(dtype: np.dtype) -> bool:
+    """Whether `dtype` is ml_dtypes' bfloat16. No array can have that dtype before ml_dtypes has
+    been imported, so until then this imports nothing and is False."""
+    return "ml_dtypes" in sys.modules and dtype == bfloat16()
+
+
+def float_dtypes() -> tuple[np.dtype, ...]:
+    """float16, float32, float64 and bfloat16 (this imports ml_dtypes)."""
+    return _PLAIN_FLOATS + (bfloat16(),)
+
+
+def is_float_dtype(dtype: np.dtype) -> bool:
+    """Whether `dtype` is one of `float_dtypes` (native byte order)."""
+    return dtype in _PLAIN_FLOATS or is_bfloat16(dtype)
+
+
+def type_code(dtype: np.dtype) -> int:
+    """The core's code of a native element type (KeyError for any other)."""
+    code = _TYPE_CODES.get(dtype)
+    if code is None and is_bfloat16(dtype):
+        code = _TYPE_CODES[bfloat16()]
+    if code is None:
+        raise KeyError(dtype)
+    return code
 
 
 def is_string_dtype(dtype: np.dtype) -> bool:
@@ -38,11 +78,11 @@ def dtype_category(dtype: np.dtype) -> str:
         return "bool"
     if dtype.kind in "iu":
         return "int"
-    if dtype in FLOAT_DTYPES:
+    if is_float_dtype(dtype):
         return "float"
     if dtype.kind == "c" and dtype.newbyteorder("=") in COMPLEX_DTYPES:
         return "complex"
-    if dtype.kind == "f" and dtype.newbyteorder("=") in FLOAT_DTYPES:
+    if dtype.kind == "f" and dtype.newbyteorder("=") in _PLAIN_FLOATS:
         return "float"
     if is_string_dtype(dtype):
         return "string"

@@ -20,15 +20,12 @@ from __future__ import annotations
 import math
 import numbers
 
-import ml_dtypes
 import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
 from . import _autodiff, _kernels
-from ._rules import gather_call, scatter_call
-
-_BF16 = np.dtype(ml_dtypes.bfloat16)
+from ._rules import bfloat16, gather_call, is_bfloat16, scatter_call
 
 __all__ = ["gather_elements", "scatter_elements"]
 
@@ -45,13 +42,13 @@ def _to_numpy(value, what: str):
     if t.is_neg():
         t = t.resolve_neg()
     if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(_BF16)
+        return t.view(torch.int16).numpy().view(bfloat16())
     return t.numpy()
 
 
 def _to_tensor(arr: np.ndarray) -> torch.Tensor:
     """A tensor sharing the memory of `arr`."""
-    if arr.dtype == _BF16:
+    if is_bfloat16(arr.dtype):
         return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(arr)
 

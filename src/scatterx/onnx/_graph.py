@@ -14,10 +14,10 @@ import onnx.defs
 from onnx import helper, numpy_helper
 
 from .._rules import (
-    FLOAT_DTYPES,
     check_reduction,
     check_reduction_for_dtype,
     dtype_category,
+    is_float_dtype,
     normalize_axis,
 )
 from . import _opset
@@ -227,7 +227,7 @@ class Graph:
         Only floating-point initializers can be trained: integer ones (indices, shapes) are
         constants whatever their flag says.
         """
-        return [n for n, a in self._initializers.items() if n in self._trainable and a.dtype in FLOAT_DTYPES]
+        return [n for n, a in self._initializers.items() if n in self._trainable and is_float_dtype(a.dtype)]
 
     @property
     def nodes(self) -> list[Node]:

@@ -30,7 +30,7 @@ from onnx import helper
 
 from .. import _kernels
 from .._ops import scatter_elements
-from .._rules import FLOAT_DTYPES
+from .._rules import float_dtypes, is_float_dtype
 
 __all__ = ["GRAD_RULES", "MissingGradientRuleError", "rule_for", "unbroadcast"]
 
@@ -280,11 +280,11 @@ _RULES: dict[str, GradRule] = {
     "Unsqueeze": _reshape_like_input,
 }
 
-_LOW_PRECISION = tuple(d for d in FLOAT_DTYPES if d.itemsize < 4)
+_LOW_PRECISION = tuple(d for d in float_dtypes() if d.itemsize < 4)
 
 
 def _is_differentiable(value) -> bool:
-    return value is not None and np.asarray(value).dtype in FLOAT_DTYPES
+    return value is not None and is_float_dtype(np.asarray(value).dtype)
 
 
 def _widen(value):

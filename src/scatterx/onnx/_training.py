@@ -14,13 +14,13 @@ import numpy as np
 import onnx
 
 from .. import _kernels
-from .._rules import FLOAT_DTYPES
+from .._rules import is_float_dtype
 from ._graph import Graph
 from ._op_grads import MissingGradientRuleError, rule_for
 
 
 def differentiable(value: object) -> bool:
-    return isinstance(value, np.ndarray) and value.dtype in FLOAT_DTYPES
+    return isinstance(value, np.ndarray) and is_float_dtype(value.dtype)
 
 
 def _attribute(proto: onnx.NodeProto, name: str, default):

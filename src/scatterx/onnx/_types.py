@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import helper
+
+from .._rules import bfloat16
 
 if TYPE_CHECKING:
     from ._graph import Graph
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 Dim = int | str | None
 Shape = tuple[Dim, ...]
 
-_BY_NAME = {"string": np.dtype(object), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+_BY_NAME = {"string": np.dtype(object), "bfloat16": bfloat16()}
 
 
 def as_dtype(dtype: object) -> np.dtype:
