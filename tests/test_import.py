@@ -23,8 +23,8 @@ sx.scatter_elements(big, np.zeros((2, 64), np.int32), np.ones((2, 64)), 0, "add"
 sx.scatter_elements_vjp(np.ones_like(data), data, idx, upd, 0, "mul")
 try:
     sx.scatter_elements(data.astype("M8[s]"), idx, upd.astype("M8[s]"), 0)
-except TypeError:
-    pass
+except TypeError as e:
+    assert "does not support dtype datetime64" in str(e), e
 else:
     raise AssertionError("datetime64 data was accepted")
 assert "ml_dtypes" not in sys.modules, "a call without bfloat16 imported ml_dtypes"
