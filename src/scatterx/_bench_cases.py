@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
+
+from ._rules import bfloat16
+
 
 @dataclass(frozen=True)
 class Family:
@@ -74,7 +76,7 @@ class Case:
 
     @property
     def np_dtype(self) -> np.dtype:
-        return np.dtype(ml_dtypes.bfloat16) if self.dtype == "bfloat16" else np.dtype(self.dtype)
+        return bfloat16() if self.dtype == "bfloat16" else np.dtype(self.dtype)
 
     @property
     def has_bound(self) -> bool:

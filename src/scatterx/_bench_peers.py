@@ -18,12 +18,12 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import ml_dtypes
 import numpy as np
 
 from ._bench_cases import Case, Inputs
+from ._rules import bfloat16
 
-_BF16 = np.dtype(ml_dtypes.bfloat16)
+_BF16 = bfloat16()
 
 
 class Unsupported(Exception):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._rules import GatherCall, ScatterCall, is_bfloat16, is_string_dtype, raise_out_of_bounds, type_code
+from ._rules import GatherCall, ScatterCall, is_short_float, is_string_dtype, raise_out_of_bounds, type_code
 
 _REDUCTION_CODES = {name: i for i, name in enumerate(_core.reductions)}
 
@@ -26,15 +26,11 @@ def copy(arr: np.ndarray) -> np.ndarray:
     return result
 
 
-def _short_float(dtype: np.dtype) -> bool:
-    return dtype == np.float16 or is_bfloat16(dtype)
-
-
 def _converted(arr: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
     """`arr` converted natively (float32 into float16 or bfloat16, or back; NumPy casts to and
     from float16 one element at a time, several times slower on one thread), or None."""
     pair = (arr.dtype, dtype)
-    if (pair[0] == np.float32 and _short_float(pair[1])) or (_short_float(pair[0]) and pair[1] == np.float32):
+    if (pair[0] == np.float32 and is_short_float(pair[1])) or (is_short_float(pair[0]) and pair[1] == np.float32):
         if arr.flags.c_contiguous and arr.dtype.isnative:
             result = new_array(arr.shape, dtype)
             _core.convert(arr, result)

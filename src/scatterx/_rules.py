@@ -46,14 +46,15 @@ def is_bfloat16(dtype: np.dtype) -> bool:
     return "ml_dtypes" in sys.modules and dtype == bfloat16()
 
 
-def float_dtypes() -> tuple[np.dtype, ...]:
-    """float16, float32, float64 and bfloat16 (this imports ml_dtypes)."""
-    return _PLAIN_FLOATS + (bfloat16(),)
-
-
 def is_float_dtype(dtype: np.dtype) -> bool:
-    """Whether `dtype` is one of `float_dtypes` (native byte order)."""
+    """Whether `dtype` is float16, float32, float64 or bfloat16 (native byte order)."""
     return dtype in _PLAIN_FLOATS or is_bfloat16(dtype)
+
+
+def is_short_float(dtype: np.dtype) -> bool:
+    """Whether `dtype` is float16 or bfloat16 (native byte order): the floats that gradients and
+    the native conversions take through float32."""
+    return dtype == np.float16 or is_bfloat16(dtype)
 
 
 def type_code(dtype: np.dtype) -> int:

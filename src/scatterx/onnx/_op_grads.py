@@ -30,7 +30,7 @@ from onnx import helper
 
 from .. import _kernels
 from .._ops import scatter_elements
-from .._rules import float_dtypes, is_float_dtype
+from .._rules import is_float_dtype, is_short_float
 
 __all__ = ["GRAD_RULES", "MissingGradientRuleError", "rule_for", "unbroadcast"]
 
@@ -280,9 +280,6 @@ _RULES: dict[str, GradRule] = {
     "Unsqueeze": _reshape_like_input,
 }
 
-_LOW_PRECISION = tuple(d for d in float_dtypes() if d.itemsize < 4)
-
-
 def _is_differentiable(value) -> bool:
     return value is not None and is_float_dtype(np.asarray(value).dtype)
 
@@ -291,7 +288,7 @@ def _widen(value):
     if value is None:
         return None
     value = np.asarray(value)
-    return _kernels.cast(value, np.float32) if value.dtype in _LOW_PRECISION else value
+    return _kernels.cast(value, np.float32) if is_short_float(value.dtype) else value
 
 
 def _wrap(op_type: str, rule: GradRule) -> GradRule:
