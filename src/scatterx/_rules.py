@@ -26,7 +26,7 @@ _bfloat16: np.dtype | None = None
 
 def bfloat16() -> np.dtype:
     """ml_dtypes' bfloat16, ml_dtypes imported on the first call. Its import takes about a second
-    with NumPy 2.4 (NumPy comparing each ufunc loop it registers with those before it), which
+    with NumPy 2.4 (in a profile, mostly comparisons while its ufunc loops are registered), which
     ``import scatterx`` does not pay. The first call also gives the core the type's number, so
     that its short path takes bfloat16 arrays from then on."""
     global _bfloat16
