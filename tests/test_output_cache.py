@@ -116,6 +116,48 @@ def test_bad_limits(bad, error):
         sx.set_output_cache_limit(bad)
 
 
+_ALIGNMENT_CHECK = """
+import json
+import mmap
+import numpy as np
+import scatterx as sx
+
+rng = np.random.default_rng(0)
+data = rng.standard_normal((5000, 64)).astype(np.float32)  # 1.28 MB results, rows of 256 bytes
+rows = rng.integers(0, 5000, (40000, 1))
+index = np.broadcast_to(rows, (40000, 64))
+updates = rng.standard_normal((40000, 64)).astype(np.float32)
+cols = np.arange(64)[None, :]
+want_scatter = data.copy()
+np.add.at(want_scatter, (index, cols), updates)  # in order, as scatterx adds
+want_vjp = np.zeros_like(data)
+np.add.at(want_vjp, (index, cols), updates)
+offsets = {}
+for limit in (256 << 20, 0):
+    sx.set_output_cache_limit(limit)
+    for _ in range(2):  # the second time from a block the cache kept, where it keeps any
+        scattered = sx.scatter_elements(data, index, updates, 0, "add")
+        gathered = sx.gather_elements(data, index, 0)
+        grad = sx.gather_elements_vjp(updates, data.shape, index, 0)
+        np.testing.assert_array_equal(scattered, want_scatter)
+        np.testing.assert_array_equal(gathered, data[index, cols])
+        np.testing.assert_array_equal(grad, want_vjp)
+        offsets.setdefault(str(limit), []).extend(a.ctypes.data % mmap.PAGESIZE for a in (scattered, gathered, grad))
+        del scattered, gathered, grad
+print(json.dumps(offsets))
+"""
+
+
+def test_large_results_start_on_a_page_boundary():
+    # Every large block a mapping of its own, where malloc's blocks start 16 bytes past a page
+    # (rows of 256 bytes then span five cache lines), with the cache's limit on and at 0.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    proc = subprocess.run([sys.executable, "-c", _ALIGNMENT_CHECK], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    offsets = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert offsets == {"268435456": [0] * 6, "0": [0] * 6}
+
+
 _HUGE_PAGE_CHECK = """
 import json
 import mmap
