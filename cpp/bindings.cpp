@@ -584,14 +584,14 @@ size_t held_bytes() {
 nb::object new_output(int nd, npy_intp* dims, PyArray_Descr* descr) {
     npy_intp count = 1;
     for (int d = 0; d < nd; ++d) count *= dims[d];
-    const bool cached = size_t(count) * size_t(PyDataType_ELSIZE(descr)) >= output_cache::kMinBytes;
-    PyObject* previous = cached ? PyDataMem_SetHandler(output_cache::capsule) : nullptr;
-    if (cached && !previous) {
+    const bool large = size_t(count) * size_t(PyDataType_ELSIZE(descr)) >= output_cache::kMinBytes;
+    PyObject* previous = large ? PyDataMem_SetHandler(output_cache::capsule) : nullptr;
+    if (large && !previous) {
         Py_DECREF(descr);
         throw nb::python_error();
     }
     PyObject* arr = PyArray_Empty(nd, dims, descr, 0);
-    if (cached) {
+    if (large) {
         PyObject* ours = PyDataMem_SetHandler(previous);
         Py_DECREF(previous);
         Py_XDECREF(ours);

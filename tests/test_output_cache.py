@@ -148,13 +148,19 @@ print(json.dumps(offsets))
 """
 
 
-def test_large_results_start_on_a_page_boundary():
-    # Every large block a mapping of its own, where malloc's blocks start 16 bytes past a page
-    # (rows of 256 bytes then span five cache lines), with the cache's limit on and at 0.
+def _report_with_own_mappings(script: str) -> dict:
+    """The JSON that `script` prints last, run in a fresh process where every large block is a
+    mapping of its own (as the benchmark's memory probe runs)."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    proc = subprocess.run([sys.executable, "-c", _ALIGNMENT_CHECK], capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 0, proc.stderr
-    offsets = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_large_results_start_on_a_page_boundary():
+    # Where malloc's blocks start 16 bytes past a page (rows of 256 bytes then span five cache
+    # lines), with the cache's limit on and at 0.
+    offsets = _report_with_own_mappings(_ALIGNMENT_CHECK)
     assert offsets == {"268435456": [0] * 6, "0": [0] * 6}
 
 
@@ -208,12 +214,9 @@ print(json.dumps({"marked": marked, "following": following, "numpy": advised(fir
     reason="no transparent huge pages",
 )
 def test_large_results_are_marked_for_huge_pages_as_numpy_marks_its_own():
-    # In a process where every large block is a mapping of its own (as the benchmark's memory
-    # probe runs), so that no block lands in memory that an earlier array had marked.
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    proc = subprocess.run([sys.executable, "-c", _HUGE_PAGE_CHECK], capture_output=True, text=True, env=env, check=False)
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    # Every large block a mapping of its own, so that no block lands in memory that an earlier
+    # array had marked.
+    report = _report_with_own_mappings(_HUGE_PAGE_CHECK)
     assert report["marked"] == {"True": True, "False": False}
     # At import scatterx follows NumPy, whose own 4 MiB array is marked or not alike.
     assert report["following"] == report["numpy"]
