@@ -422,6 +422,43 @@ def test_one_long_fiber_split_by_targets(threads, reduction, width):
 
 
 @pytest.mark.parametrize("width", [0, 256, 512])
+@pytest.mark.parametrize("dtype, reductions", [
+    (np.int64, ["none", "add", "mul", "max", "min"]),
+    (np.uint64, ["add", "max"]),
+    (np.complex64, ["none", "add"]),
+])
+def test_one_long_fiber_split_eight_byte_updates(dtype, reductions, width):
+    """Updates of eight bytes other than float64 through the split by targets (forced on, two
+    threads), whose AVX-512 listing carries each listed update's bytes beside its target rather
+    than its element number: int64 (products wrapping), uint64 and complex64, int64 and int32
+    indices, negative ones among them. The result is NumPy's one-at-a-time loop's bit for bit,
+    with each listing the CPU has (`set_list_width`)."""
+    rng = np.random.default_rng(15)
+    size, n = 30000, (1 << 19) + 5  # the last block neither a whole block nor eight
+    real = rng.integers(-1000, 1000, size), rng.integers(-1000, 1000, n)
+    if dtype == np.complex64:
+        data = (real[0] + 1j * rng.integers(-9, 9, size)).astype(dtype)
+        updates = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dtype)
+    else:
+        data, updates = real[0].astype(dtype), real[1].astype(dtype)
+    indices = rng.integers(-size, size, n)
+    previous = sx.get_num_threads()
+    sx.set_num_threads(2)
+    before = _list_width(width)
+    mode = _core.set_fiber_split(1)
+    try:
+        for reduction in reductions:
+            want = _sequential(data, indices, updates, reduction).tobytes()
+            for index in (indices, indices.astype(np.int32)):
+                got = sx.scatter_elements(data, index, updates, reduction=reduction)
+                assert got.tobytes() == want, (reduction, index.dtype)
+    finally:
+        _core.set_fiber_split(mode)
+        _core.set_list_width(before)
+        sx.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("width", [0, 256, 512])
 def test_one_long_fiber_split_or_not_the_same_bits(width):
     """The split by targets (`set_fiber_split`: never, always, and by the CPU, which decides by
     the listing's width, the reduction, the type and the table's size) against the fiber on one
