@@ -982,20 +982,21 @@ inline void read_ahead(const char* ip, int64_t isize, const char* up, int64_t us
 // fits in L3's share is all an element costs, the second thread reading ahead wins; where the
 // step itself costs (max and min, a 16-bit float's conversions) or the table is large, the
 // halves do.
-// Where the listing is AVX-512's, an update of 8 bytes (float64, int64, complex64) is listed
-// itself beside its target, by a third compress, instead of its element number: the adds then
-// read it from the list rather than from the stream at that number. Stop 74, the Intel virtual
-// machine (family 6 model 167), one build with a switch, one process, two threads, eight rounds
-// of medians of nine calls, bits the same: hist_add 10.52 -> 10.21 ms (faster in 7 of 8 rounds),
-// hist_add_i32 8.95 -> 8.52 (8 of 8). With AVX2's listing (the split forced, six rounds) no
-// gain, 11.57 / 11.49 and 9.79 / 9.74 ms, and one at a time a loss, 14.80 / 15.13 and 13.73 /
-// 14.53 (0 of 6 each): those list the numbers. Standalone (C++, 1e7 float64 adds into 1e5 bins,
-// two threads, medians of 15), two other shapes were slower than the listing as it is: adds of
-// eight at a time by AVX-512 gathers and scatters, with vpconflictq to send a vector with a
-// repeated bin down the element loop (11.5-11.7 ms against 10.0-10.4), and each thread listing
-// half of every chunk of 16384 elements for both halves of the table, the threads then applying
-// their own from both lists between barriers, so that each reads half the streams (11.1-13.8 ms
-// for chunks of 8192 to 65536; the lists listed alone, without the adds, took 6.6).
+// Where the listing is AVX-512's, an update of 8 bytes (float64, int64, uint64, complex64) is
+// listed itself beside its target, by the compress that would list its element number: the adds
+// then read it from the list rather than from the stream at that number. Stop 74, the Intel
+// virtual machine (family 6 model 167), one build with a switch, one process, two threads, eight
+// rounds of medians of nine calls, bits the same: hist_add 10.00 -> 9.73 ms (faster in 8 of 8
+// rounds), hist_add_i32 8.56 -> 8.37 (5 of 8); an earlier set 10.52 -> 10.21 (7 of 8) and 8.95 ->
+// 8.52 (8 of 8). With AVX2's listing (the split forced, six rounds) no gain, 11.57 / 11.49 and
+// 9.79 / 9.74 ms, and one at a time a loss, 14.80 / 15.13 and 13.73 / 14.53 (0 of 6 each): those
+// list the numbers. Standalone (C++, 1e7 float64 adds into 1e5 bins, two threads, medians of 15),
+// two other shapes were slower than the listing as it is: adds of eight at a time by AVX-512
+// gathers and scatters, with vpconflictq to send a vector with a repeated bin down the element
+// loop (11.6-11.7 ms against 9.9-10.9), and each thread listing half of every chunk for both
+// halves of the table, the threads then applying their own from both lists between barriers, so
+// that each reads half the streams (11.1-13.8 ms for chunks of 8192 to 65536 elements; the lists
+// listed alone, without the adds, took 6.6). docs/performance.md, "Stop 74", has the rest.
 inline constexpr int64_t kOwnListBlock = 128;
 inline constexpr int64_t kSplitFiberBytes = int64_t(64) << 10;
 inline constexpr int64_t kSplitSample = 4096;
