@@ -1059,8 +1059,8 @@ __attribute__((target("avx512f"))) inline int64_t list_own_avx512(const I* iv, c
         // Whole-vector stores of the compressed lanes (the masked compress to memory was slower):
         // the lists have eight elements of room beyond kOwnListBlock.
         _mm512_storeu_si512(tgt + k, _mm512_maskz_compress_epi64(own, r));
-        if constexpr (Values) _mm512_storeu_si512(pos + k, _mm512_maskz_compress_epi64(own, _mm512_loadu_si512(uv + j)));
-        else _mm512_storeu_si512(pos + k, _mm512_maskz_compress_epi64(own, at));
+        const __m512i second = Values ? _mm512_loadu_si512(uv + j) : at;
+        _mm512_storeu_si512(pos + k, _mm512_maskz_compress_epi64(own, second));
         k += __builtin_popcount(unsigned(own));
         at = _mm512_add_epi64(at, eight);
     }
