@@ -459,6 +459,57 @@ def test_one_long_fiber_split_eight_byte_updates(dtype, reductions, width):
 
 
 @pytest.mark.parametrize("width", [0, 256, 512])
+@pytest.mark.parametrize("dtype, reductions", [
+    (np.float64, ["none", "min"]),
+    (np.float32, ["none", "add", "mul", "max"]),
+    (np.int32, ["add", "mul", "min"]),
+    (np.float16, ["add", "max"]),
+    (np.uint8, ["none", "add"]),
+    (np.complex128, ["add"]),
+])
+def test_one_long_fiber_split_int32_index(dtype, reductions, width):
+    """An int32 index through the split by targets (forced on, two threads), which AVX-512's
+    listing takes sixteen at a time, its targets as int32, beside each the update's bytes where
+    it has 8 or 4 (float64, float32, int32 wrapping) and the element's number otherwise (float16,
+    uint8 wrapping, complex128); negative indices among them. The result is NumPy's
+    one-at-a-time loop's bit for bit with each listing the CPU has (`set_list_width`). A bad
+    index (int32's least, or one past the end; in the first sixteen or in the last block's tail
+    beyond the last sixteen) raises, naming it, and leaves out=data unwritten."""
+    rng = np.random.default_rng(16)
+    size, n = 30000, (1 << 19) + 21  # the last block: one sixteen and five more
+    if np.issubdtype(dtype, np.integer):
+        data, updates = rng.integers(0, 200, size).astype(dtype), rng.integers(0, 200, n).astype(dtype)
+    else:
+        data = rng.standard_normal(size).astype(dtype)
+        updates = rng.uniform(0.5, 1.5, n).astype(dtype)
+        if dtype == np.complex128:
+            updates = updates + 1j * rng.standard_normal(n)
+    indices = rng.integers(-size, size, n).astype(np.int32)
+    previous = sx.get_num_threads()
+    sx.set_num_threads(2)
+    before = _list_width(width)
+    mode = _core.set_fiber_split(1)
+    try:
+        for reduction in reductions:
+            want = _sequential(data, indices, updates, reduction)
+            assert sx.scatter_elements(data, indices, updates, reduction=reduction).tobytes() == want.tobytes()
+            out = data.copy()
+            assert sx.scatter_elements(out, indices, updates, reduction=reduction, out=out) is out
+            assert out.tobytes() == want.tobytes(), reduction
+        for at, bad in ((3, np.iinfo(np.int32).min), (n - 2, size)):
+            wrong = indices.copy()
+            wrong[at] = bad
+            out = data.copy()
+            with pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
+                sx.scatter_elements(out, wrong, updates, reduction=reductions[0], out=out)
+            assert out.tobytes() == data.tobytes()
+    finally:
+        _core.set_fiber_split(mode)
+        _core.set_list_width(before)
+        sx.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("width", [0, 256, 512])
 def test_one_long_fiber_split_or_not_the_same_bits(width):
     """The split by targets (`set_fiber_split`: never, always, and by the CPU, which decides by
     the listing's width, the reduction, the type and the table's size) against the fiber on one

@@ -997,6 +997,16 @@ inline void read_ahead(const char* ip, int64_t isize, const char* up, int64_t us
 // halves of the table, the threads then applying their own from both lists between barriers, so
 // that each reads half the streams (11.1-13.8 ms for chunks of 8192 to 65536 elements; the lists
 // listed alone, without the adds, took 6.6). docs/performance.md, "Stop 74", has the rest.
+// An int32 index into at most INT32_MAX targets is listed sixteen at a time (list_own16_avx512), its
+// targets as int32: one compress lists sixteen targets and one more their updates of 4 bytes or
+// their element numbers (two their updates of 8 bytes), where eight at a time took two compresses
+// for eight and widened each index. Stop 75, the same machine, one build with a switch, one process,
+// two threads, 1e7 updates into 1e5 bins, rounds of medians of nine calls, bits the same, eight /
+// sixteen at a time: float32 adds 7.84 / 6.61 ms (faster in 8 of 8 rounds), float16 11.20 / 9.75
+// (8 of 8), uint8 8.59 / 6.93 (8 of 8), bfloat16 10.00 / 8.79 and float32 max 9.74 / 8.28 (6 of 6
+// each); float64 adds no slower (9.19 / 9.28, 2 of 8; 8.99 / 8.66, 8 of 8; hist_add_i32 8.64 /
+// 8.67, 4 of 8). An int64 index listed so (two vectors of eight cut to one of sixteen int32) was
+// slower: hist_add 10.97 / 11.57 ms (0 of 8), float32 adds 9.00 / 9.33 (2 of 6); it keeps eight.
 inline constexpr int64_t kOwnListBlock = 128;
 inline constexpr int64_t kSplitFiberBytes = int64_t(64) << 10;
 inline constexpr int64_t kSplitSample = 4096;
@@ -1063,6 +1073,44 @@ __attribute__((target("avx512f"))) inline int64_t list_own_avx512(const I* iv, c
         _mm512_storeu_si512(pos + k, _mm512_maskz_compress_epi64(own, second));
         k += __builtin_popcount(unsigned(own));
         at = _mm512_add_epi64(at, eight);
+    }
+    bad |= outside != 0;
+    m = k;
+    return j;
+}
+
+// list_own_targets for an int32 index into at most INT32_MAX targets, sixteen indices at a time,
+// the targets listed as int32 (one compress for sixteen, none widened to 64 bits). Beside them,
+// by S: an update of 8 bytes (uint64_t, two compresses of eight), of 4 bytes (uint32_t, one
+// compress of sixteen), or else (int32_t) the element's number within the block. Returns how many
+// indices it did, `m` the elements listed; the lists need sixteen entries of room beyond the block.
+template <class S>
+__attribute__((target("avx512f"))) inline int64_t list_own16_avx512(const int32_t* iv, const S* uv, int64_t n,
+                                                                    int32_t size, int32_t lo, int32_t hi,
+                                                                    int32_t* tgt, S* second, int64_t& m, bool& bad) {
+    const __m512i vsize = _mm512_set1_epi32(size), vlo = _mm512_set1_epi32(lo), width = _mm512_set1_epi32(hi - lo);
+    const __m512i zero = _mm512_setzero_si512(), sixteen = _mm512_set1_epi32(16);
+    __m512i at = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __mmask16 outside = 0;
+    int64_t j = 0, k = m;
+    for (; j + 16 <= n; j += 16) {
+        __m512i r = _mm512_loadu_si512(iv + j);
+        r = _mm512_mask_add_epi32(r, _mm512_cmplt_epi32_mask(r, zero), r, vsize);
+        outside |= _mm512_cmpge_epu32_mask(r, vsize);
+        const __mmask16 own = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(r, vlo), width);
+        _mm512_storeu_si512(tgt + k, _mm512_maskz_compress_epi32(own, r));
+        if constexpr (sizeof(S) == 8) {
+            const __mmask8 low = __mmask8(own), high = __mmask8(own >> 8);
+            _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi64(low, _mm512_loadu_si512(uv + j)));
+            _mm512_storeu_si512(second + k + __builtin_popcount(unsigned(low)),
+                                _mm512_maskz_compress_epi64(high, _mm512_loadu_si512(uv + j + 8)));
+        } else if constexpr (std::is_same_v<S, uint32_t>) {
+            _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi32(own, _mm512_loadu_si512(uv + j)));
+        } else {
+            _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi32(own, at));
+            at = _mm512_add_epi32(at, sixteen);
+        }
+        k += __builtin_popcount(unsigned(own));
     }
     bad |= outside != 0;
     m = k;
@@ -1148,6 +1196,28 @@ inline int64_t list_own_targets(const I* iv, const uint64_t* uv, int64_t j0, int
     return m;
 }
 
+// list_own_targets for an int32 index into at most INT32_MAX targets where the listing is
+// AVX-512's (list_own16_avx512; S as there), the rest one at a time.
+template <class S>
+inline int64_t list_own_targets16(const int32_t* iv, const S* uv, int64_t n, int64_t size, int64_t lo, int64_t hi,
+                                  int32_t* tgt, S* second, bool& bad) {
+    int64_t m = 0, j = 0;
+#ifdef SCATTERX_HAVE_F16C_PATH
+    j = list_own16_avx512<S>(iv, uv, n, int32_t(size), int32_t(lo), int32_t(hi), tgt, second, m, bad);
+#endif
+    for (; j < n; ++j) {
+        const int32_t raw = iv[j];
+        const bool ok = in_bounds(raw, size);
+        const int64_t v = ok ? normalise(raw, size) : -1;
+        bad |= !ok;
+        tgt[m] = int32_t(v);
+        if constexpr (std::is_same_v<S, int32_t>) second[m] = int32_t(j);
+        else second[m] = uv[j];
+        m += uint64_t(v - lo) < uint64_t(hi - lo);
+    }
+    return m;
+}
+
 // Whether the first kSplitSample indices of a fiber give each of `parts` equal ranges of the
 // targets at least a quarter of them (half an even share, for two parts): a random index does, a
 // sorted one or one whose updates crowd into a few bins does not.
@@ -1177,6 +1247,10 @@ bool scatter_fiber_by_targets(int parts, T* ov, const I* iv, const T* uv, int64_
     // Updates of 8 bytes are listed themselves beside their targets where the listing is AVX-512's
     // (see kOwnListBlock).
     const bool values = N == 8 && list_width() == 512;
+    // An int32 index into at most INT32_MAX targets is listed sixteen at a time where the listing
+    // is AVX-512's, its targets as int32 (see kOwnListBlock).
+    const bool by16 = sizeof(I) == 4 && list_width() == 512 && size <= INT32_MAX;
+    using S = std::conditional_t<N == 8, uint64_t, std::conditional_t<N == 4, uint32_t, int32_t>>;
     std::atomic<bool> bad{false};
     ThreadPool::instance().run(parts, [&](int w, int nw) {
         const auto [lo, hi] = split_range(size, w, nw);
@@ -1191,7 +1265,19 @@ bool scatter_fiber_by_targets(int parts, T* ov, const I* iv, const T* uv, int64_
                 prefetch_lines(reinterpret_cast<const char*>(iv + a0), (a1 - a0) * int64_t(sizeof(I)));
                 prefetch_lines(reinterpret_cast<const char*>(uv + a0), (a1 - a0) * int64_t(sizeof(T)));
             }
-            if (values) {
+            if (by16) {
+                if constexpr (sizeof(I) == 4) {
+                    alignas(64) int32_t t16[kOwnListBlock + 16];
+                    alignas(64) S s16[kOwnListBlock + 16];
+                    const S* listed = std::is_same_v<S, int32_t> ? nullptr : reinterpret_cast<const S*>(uv + b0);
+                    const int64_t m = list_own_targets16<S>(iv + b0, listed, b1 - b0, size, lo, hi, t16, s16,
+                                                            local_bad);
+                    if constexpr (std::is_same_v<S, int32_t>)
+                        for (int64_t k = 0; k < m; ++k) Reducer<R>::apply(ov[t16[k]], uv[b0 + s16[k]]);
+                    else
+                        for (int64_t k = 0; k < m; ++k) Reducer<R>::apply(ov[t16[k]], std::bit_cast<T>(s16[k]));
+                }
+            } else if (values) {
                 if constexpr (N == 8) {
                     const int64_t m = list_own_targets<I, true>(iv + b0, reinterpret_cast<const uint64_t*>(uv + b0),
                                                                 b0, b1 - b0, size, lo, hi, tgt, pos, local_bad);
