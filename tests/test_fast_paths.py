@@ -8,6 +8,8 @@ sequential semantics; float16 results must match bit for bit.
 
 from __future__ import annotations
 
+import contextlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -358,6 +360,22 @@ def _list_width(bits):
     return _core.set_list_width(bits)
 
 
+@contextlib.contextmanager
+def _split_forced_on_two_threads(width):
+    """Two threads, the listing at `width` bits (skipped where the CPU lacks it) and the split by
+    targets forced on (`set_fiber_split(1)`); each setting restored afterwards."""
+    before = _list_width(width)
+    previous = sx.get_num_threads()
+    sx.set_num_threads(2)
+    mode = _core.set_fiber_split(1)
+    try:
+        yield
+    finally:
+        _core.set_fiber_split(mode)
+        sx.set_num_threads(previous)
+        _core.set_list_width(before)
+
+
 def test_list_width_and_split_settings_reject_what_cannot_be():
     """The listing's width is 0, 256 (AVX2) or 512 (AVX-512F), the widest the CPU has by default;
     the split's mode is 0, 1 or 2 (by the CPU, the default). Anything else raises and leaves the
@@ -442,20 +460,12 @@ def test_one_long_fiber_split_eight_byte_updates(dtype, reductions, width):
     else:
         data, updates = real[0].astype(dtype), real[1].astype(dtype)
     indices = rng.integers(-size, size, n)
-    previous = sx.get_num_threads()
-    sx.set_num_threads(2)
-    before = _list_width(width)
-    mode = _core.set_fiber_split(1)
-    try:
+    with _split_forced_on_two_threads(width):
         for reduction in reductions:
             want = _sequential(data, indices, updates, reduction).tobytes()
             for index in (indices, indices.astype(np.int32)):
                 got = sx.scatter_elements(data, index, updates, reduction=reduction)
                 assert got.tobytes() == want, (reduction, index.dtype)
-    finally:
-        _core.set_fiber_split(mode)
-        _core.set_list_width(before)
-        sx.set_num_threads(previous)
 
 
 @pytest.mark.parametrize("width", [0, 256, 512])
@@ -485,11 +495,7 @@ def test_one_long_fiber_split_int32_index(dtype, reductions, width):
         if dtype == np.complex128:
             updates = updates + 1j * rng.standard_normal(n)
     indices = rng.integers(-size, size, n).astype(np.int32)
-    previous = sx.get_num_threads()
-    sx.set_num_threads(2)
-    before = _list_width(width)
-    mode = _core.set_fiber_split(1)
-    try:
+    with _split_forced_on_two_threads(width):
         for reduction in reductions:
             want = _sequential(data, indices, updates, reduction)
             assert sx.scatter_elements(data, indices, updates, reduction=reduction).tobytes() == want.tobytes()
@@ -503,10 +509,6 @@ def test_one_long_fiber_split_int32_index(dtype, reductions, width):
             with pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
                 sx.scatter_elements(out, wrong, updates, reduction=reductions[0], out=out)
             assert out.tobytes() == data.tobytes()
-    finally:
-        _core.set_fiber_split(mode)
-        _core.set_list_width(before)
-        sx.set_num_threads(previous)
 
 
 @pytest.mark.parametrize("width", [0, 256, 512])

@@ -1170,6 +1170,22 @@ __attribute__((target("avx2"))) inline int64_t list_own_avx2(const I* iv, int64_
 }
 #endif
 
+// The listing's indices from j on, one at a time, appended to the m listed (list_own_targets): each
+// target beside what `beside(j)` gives for its element; returns how many are listed.
+template <class I, class Tgt, class S, class Beside>
+inline int64_t list_rest(const I* iv, int64_t j, int64_t n, int64_t size, int64_t lo, int64_t hi, Tgt* tgt, S* second,
+                         int64_t m, bool& bad, Beside beside) {
+    for (; j < n; ++j) {
+        const I raw = iv[j];
+        const bool ok = in_bounds(raw, size);
+        const int64_t v = ok ? normalise(raw, size) : -1;
+        bad |= !ok;
+        tgt[m] = Tgt(v), second[m] = beside(j);
+        m += uint64_t(v - lo) < uint64_t(hi - lo);
+    }
+    return m;
+}
+
 // Lists, of the n indices at iv (elements j0, j0 + 1, ... of the fiber), those whose normalised
 // target lies in [lo, hi): targets in tgt and element numbers in pos, in order, without a branch
 // per element; returns how many. Where `Values` (by AVX-512F or one at a time, not by AVX2), pos
@@ -1185,15 +1201,8 @@ inline int64_t list_own_targets(const I* iv, const uint64_t* uv, int64_t j0, int
         if (list_width() == 256) j = list_own_avx2<I>(iv, j0, n, size, lo, hi, tgt, pos, m, bad);
     }
 #endif
-    for (; j < n; ++j) {
-        const I raw = iv[j];
-        const bool ok = in_bounds(raw, size);
-        const int64_t v = ok ? normalise(raw, size) : -1;
-        bad |= !ok;
-        tgt[m] = v, pos[m] = Values ? uv[j] : uint64_t(j0 + j);
-        m += uint64_t(v - lo) < uint64_t(hi - lo);
-    }
-    return m;
+    return list_rest(iv, j, n, size, lo, hi, tgt, pos, m, bad,
+                     [&](int64_t e) { return Values ? uv[e] : uint64_t(j0 + e); });
 }
 
 // list_own_targets for an int32 index into at most INT32_MAX targets where the listing is
@@ -1205,17 +1214,10 @@ inline int64_t list_own_targets16(const int32_t* iv, const S* uv, int64_t n, int
 #ifdef SCATTERX_HAVE_F16C_PATH
     j = list_own16_avx512<S>(iv, uv, n, int32_t(size), int32_t(lo), int32_t(hi), tgt, second, m, bad);
 #endif
-    for (; j < n; ++j) {
-        const int32_t raw = iv[j];
-        const bool ok = in_bounds(raw, size);
-        const int64_t v = ok ? normalise(raw, size) : -1;
-        bad |= !ok;
-        tgt[m] = int32_t(v);
-        if constexpr (std::is_same_v<S, int32_t>) second[m] = int32_t(j);
-        else second[m] = uv[j];
-        m += uint64_t(v - lo) < uint64_t(hi - lo);
-    }
-    return m;
+    return list_rest(iv, j, n, size, lo, hi, tgt, second, m, bad, [&](int64_t e) {
+        if constexpr (std::is_same_v<S, int32_t>) return int32_t(e);
+        else return uv[e];
+    });
 }
 
 // Whether the first kSplitSample indices of a fiber give each of `parts` equal ranges of the
