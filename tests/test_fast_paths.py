@@ -452,7 +452,9 @@ def test_one_long_fiber_split_eight_byte_updates(dtype, reductions, width):
     indices, negative ones among them. The result is NumPy's one-at-a-time loop's bit for bit,
     with each listing the CPU has (`set_list_width`)."""
     rng = np.random.default_rng(15)
-    size, n = 30000, (1 << 19) + 5  # the last block neither a whole block nor eight
+    # Longer than the 2**20 elements below which a fiber keeps one thread (kReadAheadMin); the
+    # last block neither a whole block nor eight.
+    size, n = 30000, (1 << 20) + 5
     real = rng.integers(-1000, 1000, size), rng.integers(-1000, 1000, n)
     if dtype == np.complex64:
         data = (real[0] + 1j * rng.integers(-9, 9, size)).astype(dtype)
@@ -486,7 +488,10 @@ def test_one_long_fiber_split_int32_index(dtype, reductions, width):
     index (int32's least, or one past the end; in the first sixteen or in the last block's tail
     beyond the last sixteen) raises, naming it, and leaves out=data unwritten."""
     rng = np.random.default_rng(16)
-    size, n = 30000, (1 << 19) + 21  # the last block: one sixteen and five more
+    # Longer than the 2**20 elements below which a fiber keeps one thread (kReadAheadMin), into
+    # more than the 64 KB of targets that the split needs (kSplitFiberBytes) for one byte each;
+    # the last block one sixteen and five more.
+    size, n = 70000, (1 << 20) + 21
     if np.issubdtype(dtype, np.integer):
         data, updates = rng.integers(0, 200, size).astype(dtype), rng.integers(0, 200, n).astype(dtype)
     else:
