@@ -486,7 +486,8 @@ def test_one_long_fiber_split_int32_index(dtype, reductions, width):
     uint8 wrapping, complex128); negative indices among them. The result is NumPy's
     one-at-a-time loop's bit for bit with each listing the CPU has (`set_list_width`). A bad
     index (int32's least, or one past the end; in the first sixteen or in the last block's tail
-    beyond the last sixteen) raises, naming it, and leaves out=data unwritten."""
+    beyond the last sixteen) raises, naming it: into a new output, where the listing finds it,
+    and into out=data, which is checked before anything is written and stays unwritten."""
     rng = np.random.default_rng(16)
     # Longer than the 2**20 elements below which a fiber keeps one thread (kReadAheadMin), into
     # more than the 64 KB of targets that the split needs (kSplitFiberBytes) for one byte each;
@@ -510,6 +511,8 @@ def test_one_long_fiber_split_int32_index(dtype, reductions, width):
         for at, bad in ((3, np.iinfo(np.int32).min), (n - 2, size)):
             wrong = indices.copy()
             wrong[at] = bad
+            with pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
+                sx.scatter_elements(data, wrong, updates, reduction=reductions[0])
             out = data.copy()
             with pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
                 sx.scatter_elements(out, wrong, updates, reduction=reductions[0], out=out)
