@@ -778,6 +778,16 @@ NB_MODULE(_core, m) {
     m.def("output_cache_bytes", &output_cache::held_bytes);
     m.def("set_huge_pages", &output_cache::set_huge_pages, nb::arg("on"));
     m.def("first_bad_index", &first_bad_index, nb::arg("indices"), nb::arg("size"));
+    m.def(
+        "path_counts",
+        [] {
+            nb::dict counts;
+            for (int k = 0; k < int(Path::count); ++k) counts[path_names[k]] = path_count(k);
+            return counts;
+        },
+        "How many calls have taken each of the kernels' size-, CPU- or setting-gated paths since the module "
+        "was loaded (cpp/include/scatterx/paths.h), by name: for tests, which read it before and after a call "
+        "to see that the call reached the path it was sized for.");
     m.def("set_num_threads", [](int n) { ThreadPool::instance().set_num_threads(n); }, nb::arg("n"));
     m.def("get_num_threads", [] { return ThreadPool::instance().num_threads(); });
     m.def("set_stream_bytes", [](int64_t n) { return std::exchange(stream_bytes(), n); }, nb::arg("nbytes"),

@@ -24,6 +24,33 @@ from scatterx._rules import scatter_call
 UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
+@contextlib.contextmanager
+def _paths_taken():
+    """Yields a dict that after the block holds how many calls in it took each of the kernels'
+    gated paths (`_core.path_counts`, cpp/include/scatterx/paths.h), paths no call took left out:
+    a test sized for a path asserts that its calls reached it, so that a size below the path's
+    threshold fails the test rather than passing through another path unseen."""
+    taken = {}
+    before = _core.path_counts()
+    try:
+        yield taken
+    finally:
+        after = _core.path_counts()
+        taken.update({path: after[path] - before[path] for path in after if after[path] != before[path]})
+
+
+def _split_paths(calls, width, index_dtype, itemsize):
+    """What `calls` calls split by targets take, with the listing `width` bits wide: sixteen
+    int32 indices at a time by AVX-512, eight with 8-byte updates beside them or with element
+    numbers, four by AVX2, or one at a time."""
+    if width == 512:
+        listing = ("list_avx512_int32" if np.dtype(index_dtype) == np.int32
+                   else "list_avx512_values" if itemsize == 8 else "list_avx512")
+    else:
+        listing = {256: "list_avx2", 0: "list_one"}[width]
+    return {"fiber_by_targets": calls, listing: calls}
+
+
 def _positions(data, indices):
     """The positions of data that an axis-0 index names, as a tuple of coordinate arrays."""
     coords = list(np.indices(indices.shape))
@@ -306,10 +333,12 @@ def test_one_long_fiber_with_a_reader_thread(threads, reduction, ahead):
     sx.set_num_threads(threads)
     before = _core.set_fiber_streams_ahead(ahead)
     try:
-        got = sx.scatter_elements(data, indices, updates, reduction=reduction)
+        with _paths_taken() as taken:
+            got = sx.scatter_elements(data, indices, updates, reduction=reduction)
+            got32 = sx.scatter_elements(data, indices.astype(np.int32), updates, reduction=reduction)
         np.testing.assert_array_equal(got, want)
-        got32 = sx.scatter_elements(data, indices.astype(np.int32), updates, reduction=reduction)
         np.testing.assert_array_equal(got32, want)
+        assert taken == ({"fiber_reader": 2} if threads == 2 else {})
         indices[n - 7] = 1000
         with pytest.raises(IndexError, match=rf"index 1000 at indices\[{n - 7}\]"):
             sx.scatter_elements(data, indices, updates, reduction=reduction)
@@ -417,18 +446,31 @@ def test_one_long_fiber_split_by_targets(threads, reduction, width):
     sx.set_num_threads(threads)
     before = _list_width(width)
     mode = _core.set_fiber_split(1)
+    def paths(index_dtype, itemsize=8, split=True):
+        if threads == 1:
+            return {}
+        return _split_paths(1, width, index_dtype, itemsize) if split else {"fiber_reader": 1}
+
     try:
-        for index in (indices, np.sort(indices), crowded):
+        # The sorted index (negative values first) and the crowded one keep one thread and a reader.
+        for index, split in ((indices, True), (np.sort(indices), False), (crowded, False)):
             want = _sequential(data, index, updates, reduction)
-            for width in (np.int64, np.int32):
-                got = sx.scatter_elements(data, index.astype(width), updates, reduction=reduction)
+            for index_dtype in (np.int64, np.int32):
+                with _paths_taken() as taken:
+                    got = sx.scatter_elements(data, index.astype(index_dtype), updates, reduction=reduction)
                 np.testing.assert_array_equal(got, want)
+                assert taken == paths(index_dtype, split=split)
             out = data.copy()
-            assert sx.scatter_elements(out, index, updates, reduction=reduction, out=out) is out
+            with _paths_taken() as taken:
+                assert sx.scatter_elements(out, index, updates, reduction=reduction, out=out) is out
             np.testing.assert_array_equal(out, want)
-        assert sx.scatter_elements(data.astype(np.float32), indices, updates.astype(np.float32),
-                                   reduction=reduction).tobytes() == _sequential(
-            data.astype(np.float32), indices, updates.astype(np.float32), reduction).tobytes()
+            assert taken == paths(np.int64, split=split)
+        with _paths_taken() as taken:
+            got = sx.scatter_elements(data.astype(np.float32), indices, updates.astype(np.float32),
+                                      reduction=reduction)
+        assert got.tobytes() == _sequential(data.astype(np.float32), indices, updates.astype(np.float32),
+                                            reduction).tobytes()
+        assert taken == paths(np.int64, itemsize=4)
         for at, bad in ((5, size), (n - 7, -size - 1)):
             wrong = indices.copy()
             wrong[at] = bad
@@ -466,8 +508,10 @@ def test_one_long_fiber_split_eight_byte_updates(dtype, reductions, width):
         for reduction in reductions:
             want = _sequential(data, indices, updates, reduction).tobytes()
             for index in (indices, indices.astype(np.int32)):
-                got = sx.scatter_elements(data, index, updates, reduction=reduction)
+                with _paths_taken() as taken:
+                    got = sx.scatter_elements(data, index, updates, reduction=reduction)
                 assert got.tobytes() == want, (reduction, index.dtype)
+                assert taken == _split_paths(1, width, index.dtype, 8), (reduction, index.dtype)
 
 
 @pytest.mark.parametrize("width", [0, 256, 512])
@@ -504,15 +548,20 @@ def test_one_long_fiber_split_int32_index(dtype, reductions, width):
     with _split_forced_on_two_threads(width):
         for reduction in reductions:
             want = _sequential(data, indices, updates, reduction)
-            assert sx.scatter_elements(data, indices, updates, reduction=reduction).tobytes() == want.tobytes()
             out = data.copy()
-            assert sx.scatter_elements(out, indices, updates, reduction=reduction, out=out) is out
+            with _paths_taken() as taken:
+                got = sx.scatter_elements(data, indices, updates, reduction=reduction)
+                assert sx.scatter_elements(out, indices, updates, reduction=reduction, out=out) is out
+            assert got.tobytes() == want.tobytes(), reduction
             assert out.tobytes() == want.tobytes(), reduction
+            assert taken == _split_paths(2, width, np.int32, data.itemsize), reduction
         for at, bad in ((3, np.iinfo(np.int32).min), (n - 2, size)):
             wrong = indices.copy()
             wrong[at] = bad
-            with pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
+            with _paths_taken() as taken, pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
                 sx.scatter_elements(data, wrong, updates, reduction=reductions[0])
+            # The listing found it (the short path's call, and again the call that reports it).
+            assert taken.keys() == _split_paths(1, width, np.int32, data.itemsize).keys()
             out = data.copy()
             with pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
                 sx.scatter_elements(out, wrong, updates, reduction=reductions[0], out=out)
@@ -545,13 +594,16 @@ def test_one_long_fiber_split_or_not_the_same_bits(width):
     try:
         for data, index, updates, reduction in cases:
             want = _sequential(np.array(data), index, updates, reduction).tobytes()
-            for mode in (0, 1, 2):
+            split = _split_paths(1, width, index.dtype, data.itemsize)
+            for mode, paths in ((0, [{"fiber_reader": 1}]), (1, [split]), (2, [{"fiber_reader": 1}, split])):
                 before = _core.set_fiber_split(mode)
                 try:
-                    got = sx.scatter_elements(data, index, updates, reduction=reduction)
+                    with _paths_taken() as taken:
+                        got = sx.scatter_elements(data, index, updates, reduction=reduction)
                 finally:
                     _core.set_fiber_split(before)
                 assert got.tobytes() == want, (reduction, mode)
+                assert taken in paths, (reduction, mode)
     finally:
         _core.set_list_width(listing)
         sx.set_num_threads(previous)
@@ -581,18 +633,28 @@ def test_sorted_fiber_split_by_positions(threads, reduction, width):
     sx.set_num_threads(threads)
     listing = _list_width(width)
     try:
-        for index in (ascending, half, negative, one_run):
+        # Only the indices that ascend throughout, none of them negative (`ascends` in kernels.h),
+        # are split; the others, and every index with the split off, keep one thread and a reader
+        # (their first indices crowd into the low targets).
+        for index, ascends in ((ascending, True), (half, False), (negative, False), (one_run, False)):
             want = _sequential(data, index, updates, reduction)
-            for width in (np.int64, np.int32):
-                got = {}
+            for index_dtype in (np.int64, np.int32):
+                got, taken = {}, {}
                 for split in (False, True):
                     before = _core.set_fiber_by_positions(split)
                     try:
-                        got[split] = sx.scatter_elements(data, index.astype(width), updates, reduction=reduction)
+                        with _paths_taken() as taken[split]:
+                            got[split] = sx.scatter_elements(data, index.astype(index_dtype), updates,
+                                                             reduction=reduction)
                     finally:
                         _core.set_fiber_by_positions(before)
                 assert got[True].tobytes() == want.tobytes()
                 assert got[False].tobytes() == want.tobytes()
+                if threads == 1:
+                    assert taken == {False: {}, True: {}}
+                else:
+                    assert taken == {False: {"fiber_reader": 1},
+                                     True: {"fiber_by_positions": 1} if ascends else {"fiber_reader": 1}}
             out = data.copy()
             sx.scatter_elements(out, index, updates, reduction=reduction, out=out)
             assert out.tobytes() == want.tobytes()
@@ -638,12 +700,14 @@ def test_sorted_16bit_floats_in_chains(dtype, reduction):
             for chains in (False, True):
                 before = _core.set_ascending_chains(chains)
                 try:
-                    got[chains] = sx.scatter_elements(data, index, updates, reduction=reduction)
-                    out = data.copy()
-                    sx.scatter_elements(out, index, updates, reduction=reduction, out=out)
+                    with _paths_taken() as taken:
+                        got[chains] = sx.scatter_elements(data, index, updates, reduction=reduction)
+                        out = data.copy()
+                        sx.scatter_elements(out, index, updates, reduction=reduction, out=out)
                 finally:
                     _core.set_ascending_chains(before)
                 assert out.tobytes() == want.tobytes(), (size, chains)
+                assert taken == {"fiber_by_positions": 2, **({"ascending_chains": 2} if chains else {})}, size
             assert got[True].tobytes() == want.tobytes(), size
             assert got[False].tobytes() == want.tobytes(), size
     finally:
@@ -972,7 +1036,9 @@ def test_broadcast_index_rows_split_by_destination(dtype, reduction):
             results = []
             for threads in (1, 2, 3):
                 sx.set_num_threads(threads)
-                results.append(_scatter_both_ways(data, indices, updates, reduction, want))
+                with _paths_taken() as taken:
+                    results.append(_scatter_both_ways(data, indices, updates, reduction, want))
+                assert taken == {"rows_by_target": 2}, (width, threads)
                 out = data.copy()
                 for target in (None, out):
                     with pytest.raises(IndexError, match=r"index 3000 at indices\[15000, 0\]"):
@@ -998,7 +1064,9 @@ def test_rows_of_one_target_copy_data_of_any_layout(restore_threads, threads, la
     updates = rng.standard_normal((20000, 40)).astype(np.float32)
     rows = rng.integers(-3000, 3000, 20000)
     indices = np.broadcast_to(rows[:, None], updates.shape)
-    got = sx.scatter_elements(data, indices, updates, axis=0, reduction="add")
+    with _paths_taken() as taken:
+        got = sx.scatter_elements(data, indices, updates, axis=0, reduction="add")
+    assert taken == {"rows_by_target": 1}
     np.testing.assert_array_equal(got.view(np.uint8), _sequential_axis0(before, indices, updates, "add").view(np.uint8))
     np.testing.assert_array_equal(data, before)
 
@@ -1230,7 +1298,9 @@ def test_scatter_staged_in_a_scratch(streaming_outputs, restore_threads, threads
         want = data.copy()
         with np.errstate(over="ignore"):
             UFUNCS[reduction].at(want, tuple(index), updates)
-    got = sx.scatter_elements(data, indices, updates, axis=1, reduction=reduction)
+    with _paths_taken() as taken:
+        got = sx.scatter_elements(data, indices, updates, axis=1, reduction=reduction)
+    assert taken == {"stage_rows": 1}
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
     bad = indices.copy()
     bad[7, 100, 3] = 90

@@ -27,6 +27,7 @@
 #endif
 
 #include "parallel.h"
+#include "paths.h"
 #include "reducers.h"
 
 namespace scatterx {
@@ -1253,6 +1254,12 @@ bool scatter_fiber_by_targets(int parts, T* ov, const I* iv, const T* uv, int64_
     // is AVX-512's, its targets as int32 (see kOwnListBlock).
     const bool by16 = sizeof(I) == 4 && list_width() == 512 && size <= INT32_MAX;
     using S = std::conditional_t<N == 8, uint64_t, std::conditional_t<N == 4, uint32_t, int32_t>>;
+    took(Path::fiber_by_targets);
+    took(by16     ? Path::list_avx512_int32
+         : values ? Path::list_avx512_values
+                  : list_width() == 512 ? Path::list_avx512
+                  : list_width() == 256 ? Path::list_avx2
+                                        : Path::list_one);
     std::atomic<bool> bad{false};
     ThreadPool::instance().run(parts, [&](int w, int nw) {
         const auto [lo, hi] = split_range(size, w, nw);
@@ -2224,13 +2231,18 @@ bool scatter_fiber_by_positions(T* ov, const I* iv, const T* uv, int64_t na, int
         const int64_t lo = w == 0 ? 0 : last0 + 1, hi = w == 0 ? last0 + 1 : size;
         if (src) copy_run(reinterpret_cast<char*>(ov + lo), N, src + lo * sstr, sstr, hi - lo, N);
         if constexpr (ascends_in_chains_v<T, R>)
-            if (ascending_chains()) return apply_ascending_in_chains<T, I, R>(ov, iv + j0, uv + j0, j1 - j0);
+            if (ascending_chains()) {
+                if (w == 0) took(Path::ascending_chains);
+                return apply_ascending_in_chains<T, I, R>(ov, iv + j0, uv + j0, j1 - j0);
+            }
         bool bad = false;  // every index was checked
         ScatterBlock<T, I, R>{size, N, &bad}.fiber(reinterpret_cast<char*>(ov), reinterpret_cast<const char*>(iv + j0),
                                                    reinterpret_cast<const char*>(uv + j0), j1 - j0,
                                                    int64_t(sizeof(I)), N);
     });
-    return passed.load() == 2;
+    if (passed.load() < 2) return false;
+    took(Path::fiber_by_positions);
+    return true;
 }
 
 // Returns false when an out-of-bounds index was met (it was skipped; the caller reports it).
@@ -2279,6 +2291,7 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
             if (split) return ok;
         }
         std::atomic<int64_t> progress{0};
+        took(Path::fiber_reader);
         ThreadPool::instance().run(2, [&](int w, int) {
             for_each_run(fs.f, base, 0, 1, [&](char* const* p, int64_t, const int64_t*) {
                 if (w == 1) return read_ahead(p[1], sizeof(I), p[2], sizeof(T), fs.na, progress);
@@ -2308,16 +2321,20 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
         (fs.f.stride[1][0] == 0 ||
          (fs.f.stride[1][0] == int64_t(sizeof(I)) &&
           all_equal<I>(indices, fs.nfib, int64_t(sizeof(I))) &&
-          constant_rows<I>(indices, std::min(fs.na, kVerifyRows), fs.astr[1], fs.nfib))))
+          constant_rows<I>(indices, std::min(fs.na, kVerifyRows), fs.astr[1], fs.nfib)))) {
+        took(Path::rows_by_target);
         return scatter_by_target_rows<T, I, R>(g, fs, fparts, out, indices, updates, src);
+    }
     // A large call whose blocks of target rows fit the stage works in a scratch (stage_rows).
     const int64_t footprint = 2 * fs.nfib * g.axis_size * N + volume(g.s.shape, g.s.ndim) * (N + int64_t(sizeof(I)));
     const bool stage = src && axis_outer && streams(footprint);
+    std::atomic<bool> staged{false};
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
         ScatterBlock<T, I, R> sb{g.axis_size, g.axis_stride, &local_bad};
         if (stage && count > 1 && in[0] == N && g.axis_size * count * N <= kStageBytes &&
             stage_rows(sb, p, count, in, fs.na, fs.astr, g.src_axis_stride)) {
+            staged.store(true, std::memory_order_relaxed);
         } else if (count == 1 || !axis_outer) {
             // Without a fused copy (out=data), a short fiber dense along the axis is asked for
             // whole kSpanAhead fibers ahead, as the gather does: its lines are then in the cache
@@ -2345,6 +2362,7 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
         }
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
+    if (staged.load()) took(Path::stage_rows);
     return !bad.load();
 }
 

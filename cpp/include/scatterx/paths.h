@@ -1,0 +1,48 @@
+// Counts of the calls that took each of the kernels' paths that a call reaches only at some sizes,
+// on some CPUs or under some settings: the split of one long fiber, its listing's width, the rows
+// of one target each, the staged rows. A test sized to reach a path reads the count before and
+// after its call (`_core.path_counts`), so that a call which misses the path (a size below a
+// threshold, a busy pool) fails the test instead of passing through another path unseen.
+//
+// Each count is bumped once per call (never per element), by a relaxed atomic add on a line of
+// its own, so concurrent callers neither race nor share a line.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+
+namespace scatterx {
+
+enum class Path : int {
+    fiber_reader,        // one long fiber on one thread, a second reading its streams ahead
+    fiber_by_positions,  // a sorted fiber split by positions (scatter_fiber_by_positions)
+    ascending_chains,    // its halves' 16-bit float adds and products in chains
+    fiber_by_targets,    // a fiber split by targets (scatter_fiber_by_targets), and its listing:
+    list_one,            //   one element at a time
+    list_avx2,           //   four at a time by AVX2
+    list_avx512,         //   eight at a time by AVX-512, with element numbers
+    list_avx512_values,  //   eight at a time by AVX-512, with 8-byte updates
+    list_avx512_int32,   //   an int32 index sixteen at a time by AVX-512
+    rows_by_target,      // rows of one target each (scatter_by_target_rows)
+    stage_rows,          // blocks of target rows worked in a scratch (stage_rows)
+    count
+};
+
+inline constexpr const char* path_names[] = {
+    "fiber_reader",    "fiber_by_positions", "ascending_chains",   "fiber_by_targets",
+    "list_one",        "list_avx2",          "list_avx512",        "list_avx512_values",
+    "list_avx512_int32", "rows_by_target",   "stage_rows",
+};
+static_assert(std::size(path_names) == std::size_t(Path::count), "a name for every path");
+
+struct alignas(64) PathCount {
+    std::atomic<uint64_t> n{0};
+};
+inline PathCount path_counts[int(Path::count)];
+
+inline void took(Path p) { path_counts[int(p)].n.fetch_add(1, std::memory_order_relaxed); }
+inline uint64_t path_count(int k) { return path_counts[k].n.load(std::memory_order_relaxed); }
+
+}  // namespace scatterx
