@@ -381,6 +381,13 @@ def _width_supported(bits):
     return True
 
 
+def _default_list_width():
+    """The listing's width in force (`set_list_width`, the widest the CPU has by default)."""
+    bits = _core.set_list_width(0)
+    _core.set_list_width(bits)
+    return bits
+
+
 def _list_width(bits):
     """Sets the width of the listing and of the sorted fiber's check (`set_list_width`) and
     returns the one before; skips where the CPU has no vectors of that width."""
@@ -780,19 +787,25 @@ def test_float16_arithmetic_by_f16c_along_the_paths(reduction):
         (rng.standard_normal((300, 500)).astype(np.float16), rng.integers(-500, 500, (300, 800)),
          values((300, 800)), 1),
     ]
+    # Without vectors to list by, the random fiber keeps one thread and a reader (fiber_split_pays).
+    width = _default_list_width()
+    paths = [_split_paths(2, width, np.int64, 2) if width else {"fiber_reader": 2},
+             {"fiber_by_positions": 2, "ascending_chains": 2}, {}]
     previous = sx.get_num_threads()
     sx.set_num_threads(2)
     before, _ = _f16c_arith(True)
     try:
-        for data, index, updates, axis in cases:
+        for (data, index, updates, axis), path in zip(cases, paths):
             if axis == 0:
                 want = _sequential(data, index, updates, reduction)
             else:
                 want = _sequential_axis0(data.T.copy(), index.T.copy(), updates.T.copy(), reduction).T
-            for way in (False, True):
-                _core.set_f16c_arith(way)
-                got = sx.scatter_elements(data, index, updates, axis=axis, reduction=reduction)
-                assert got.tobytes() == np.ascontiguousarray(want).tobytes(), (data.shape, way)
+            with _paths_taken() as taken:
+                for way in (False, True):
+                    _core.set_f16c_arith(way)
+                    got = sx.scatter_elements(data, index, updates, axis=axis, reduction=reduction)
+                    assert got.tobytes() == np.ascontiguousarray(want).tobytes(), (data.shape, way)
+            assert taken == path, data.shape
     finally:
         _core.set_f16c_arith(before)
         sx.set_num_threads(previous)
@@ -834,8 +847,10 @@ def test_runs_of_equal_indices_in_a_fiber(threads, reduction, ahead):
         updates = rng.uniform(0.99, 1.01, n) if reduction == "mul" else rng.standard_normal(n)
         data = rng.standard_normal(1000)
         want = _sequential(data, index, updates, reduction)
-        got = sx.scatter_elements(data, index, updates, reduction=reduction)
+        with _paths_taken() as taken:
+            got = sx.scatter_elements(data, index, updates, reduction=reduction)
         np.testing.assert_array_equal(got, want)
+        assert taken == ({"fiber_reader": 1} if threads == 2 else {})
         wrong = index.copy()
         at = np.flatnonzero(wrong[1:] == wrong[:-1])[len(wrong) // 3]  # inside a run
         wrong[at] = 1000
@@ -848,7 +863,10 @@ def test_runs_of_equal_indices_in_a_fiber(threads, reduction, ahead):
         index = np.where(runs, _runs(rng, n, far // 4, 300), rng.integers(0, far, n))
         data = rng.standard_normal(far)
         want = _sequential(data, index, updates, reduction)
-        np.testing.assert_array_equal(sx.scatter_elements(data, index, updates, reduction=reduction), want)
+        with _paths_taken() as taken:
+            got = sx.scatter_elements(data, index, updates, reduction=reduction)
+        np.testing.assert_array_equal(got, want)
+        assert taken == ({"fiber_reader": 1} if threads == 2 else {})
     finally:
         _core.set_fiber_streams_ahead(before)
         sx.set_num_threads(previous)

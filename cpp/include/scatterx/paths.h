@@ -31,9 +31,9 @@ enum class Path : int {
 };
 
 inline constexpr const char* path_names[] = {
-    "fiber_reader",    "fiber_by_positions", "ascending_chains",   "fiber_by_targets",
-    "list_one",        "list_avx2",          "list_avx512",        "list_avx512_values",
-    "list_avx512_int32", "rows_by_target",   "stage_rows",
+    "fiber_reader",      "fiber_by_positions", "ascending_chains", "fiber_by_targets",
+    "list_one",          "list_avx2",          "list_avx512",      "list_avx512_values",
+    "list_avx512_int32", "rows_by_target",     "stage_rows",
 };
 static_assert(std::size(path_names) == std::size_t(Path::count), "a name for every path");
 
