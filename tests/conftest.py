@@ -298,17 +298,18 @@ def streaming_outputs(request):
     """Kernels write their outputs by streaming stores as for any size (normally only calls
     whose arrays together exceed the last-level cache do: stream_bytes in kernels.h), whole
     lines by 64-byte stores ("wide", where the CPU has AVX-512) or by 16-byte ones; a test
-    that parametrizes it indirectly may also ask for "off" (the thresholds as they are)."""
+    that parametrizes it indirectly may also ask for "off" (the thresholds as they are). Yields
+    whether the outputs are streamed whatever their size."""
     from scatterx import _core
 
     if request.param == "off":
-        yield
+        yield False
         return
     wide = request.param == "wide"
     if wide and not _core.wide_stores_supported():
         pytest.skip("the CPU has no AVX-512F: streaming stores are 16 bytes wide")
     before = _core.set_stream_bytes(0)
     before_wide = _core.set_wide_stores(wide)
-    yield
+    yield True
     _core.set_stream_bytes(before)
     _core.set_wide_stores(before_wide)

@@ -17,38 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oracle
+from gated_paths import paths_taken, split_paths
 import scatterx as sx
 from scatterx import _core, _kernels
 from scatterx._rules import scatter_call
 
 UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
-
-
-@contextlib.contextmanager
-def _paths_taken():
-    """Yields a dict that after the block holds how many calls in it took each of the kernels'
-    gated paths (`_core.path_counts`, cpp/include/scatterx/paths.h), paths no call took left out:
-    a test sized for a path asserts that its calls reached it, so that a size below the path's
-    threshold fails the test rather than passing through another path unseen."""
-    taken = {}
-    before = _core.path_counts()
-    try:
-        yield taken
-    finally:
-        after = _core.path_counts()
-        taken.update({path: after[path] - before[path] for path in after if after[path] != before[path]})
-
-
-def _split_paths(calls, width, index_dtype, itemsize):
-    """What `calls` calls split by targets take, with the listing `width` bits wide: sixteen
-    int32 indices at a time by AVX-512, eight with 8-byte updates beside them or with element
-    numbers, four by AVX2, or one at a time."""
-    if width == 512:
-        listing = ("list_avx512_int32" if np.dtype(index_dtype) == np.int32
-                   else "list_avx512_values" if itemsize == 8 else "list_avx512")
-    else:
-        listing = {256: "list_avx2", 0: "list_one"}[width]
-    return {"fiber_by_targets": calls, listing: calls}
 
 
 def _positions(data, indices):
@@ -333,7 +307,7 @@ def test_one_long_fiber_with_a_reader_thread(threads, reduction, ahead):
     sx.set_num_threads(threads)
     before = _core.set_fiber_streams_ahead(ahead)
     try:
-        with _paths_taken() as taken:
+        with paths_taken() as taken:
             got = sx.scatter_elements(data, indices, updates, reduction=reduction)
             got32 = sx.scatter_elements(data, indices.astype(np.int32), updates, reduction=reduction)
         np.testing.assert_array_equal(got, want)
@@ -456,23 +430,23 @@ def test_one_long_fiber_split_by_targets(threads, reduction, width):
     def paths(index_dtype, itemsize=8, split=True):
         if threads == 1:
             return {}
-        return _split_paths(1, width, index_dtype, itemsize) if split else {"fiber_reader": 1}
+        return split_paths(1, width, index_dtype, itemsize) if split else {"fiber_reader": 1}
 
     try:
         # The sorted index (negative values first) and the crowded one keep one thread and a reader.
         for index, split in ((indices, True), (np.sort(indices), False), (crowded, False)):
             want = _sequential(data, index, updates, reduction)
             for index_dtype in (np.int64, np.int32):
-                with _paths_taken() as taken:
+                with paths_taken() as taken:
                     got = sx.scatter_elements(data, index.astype(index_dtype), updates, reduction=reduction)
                 np.testing.assert_array_equal(got, want)
                 assert taken == paths(index_dtype, split=split)
             out = data.copy()
-            with _paths_taken() as taken:
+            with paths_taken() as taken:
                 assert sx.scatter_elements(out, index, updates, reduction=reduction, out=out) is out
             np.testing.assert_array_equal(out, want)
             assert taken == paths(np.int64, split=split)
-        with _paths_taken() as taken:
+        with paths_taken() as taken:
             got = sx.scatter_elements(data.astype(np.float32), indices, updates.astype(np.float32),
                                       reduction=reduction)
         assert got.tobytes() == _sequential(data.astype(np.float32), indices, updates.astype(np.float32),
@@ -515,10 +489,10 @@ def test_one_long_fiber_split_eight_byte_updates(dtype, reductions, width):
         for reduction in reductions:
             want = _sequential(data, indices, updates, reduction).tobytes()
             for index in (indices, indices.astype(np.int32)):
-                with _paths_taken() as taken:
+                with paths_taken() as taken:
                     got = sx.scatter_elements(data, index, updates, reduction=reduction)
                 assert got.tobytes() == want, (reduction, index.dtype)
-                assert taken == _split_paths(1, width, index.dtype, 8), (reduction, index.dtype)
+                assert taken == split_paths(1, width, index.dtype, 8), (reduction, index.dtype)
 
 
 @pytest.mark.parametrize("width", [0, 256, 512])
@@ -556,19 +530,19 @@ def test_one_long_fiber_split_int32_index(dtype, reductions, width):
         for reduction in reductions:
             want = _sequential(data, indices, updates, reduction)
             out = data.copy()
-            with _paths_taken() as taken:
+            with paths_taken() as taken:
                 got = sx.scatter_elements(data, indices, updates, reduction=reduction)
                 assert sx.scatter_elements(out, indices, updates, reduction=reduction, out=out) is out
             assert got.tobytes() == want.tobytes(), reduction
             assert out.tobytes() == want.tobytes(), reduction
-            assert taken == _split_paths(2, width, np.int32, data.itemsize), reduction
+            assert taken == split_paths(2, width, np.int32, data.itemsize), reduction
         for at, bad in ((3, np.iinfo(np.int32).min), (n - 2, size)):
             wrong = indices.copy()
             wrong[at] = bad
-            with _paths_taken() as taken, pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
+            with paths_taken() as taken, pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
                 sx.scatter_elements(data, wrong, updates, reduction=reductions[0])
             # The listing found it (the short path's call, and again the call that reports it).
-            assert taken.keys() == _split_paths(1, width, np.int32, data.itemsize).keys()
+            assert taken.keys() == split_paths(1, width, np.int32, data.itemsize).keys()
             out = data.copy()
             with pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
                 sx.scatter_elements(out, wrong, updates, reduction=reductions[0], out=out)
@@ -601,11 +575,11 @@ def test_one_long_fiber_split_or_not_the_same_bits(width):
     try:
         for data, index, updates, reduction in cases:
             want = _sequential(np.array(data), index, updates, reduction).tobytes()
-            split = _split_paths(1, width, index.dtype, data.itemsize)
+            split = split_paths(1, width, index.dtype, data.itemsize)
             for mode, paths in ((0, [{"fiber_reader": 1}]), (1, [split]), (2, [{"fiber_reader": 1}, split])):
                 before = _core.set_fiber_split(mode)
                 try:
-                    with _paths_taken() as taken:
+                    with paths_taken() as taken:
                         got = sx.scatter_elements(data, index, updates, reduction=reduction)
                 finally:
                     _core.set_fiber_split(before)
@@ -650,7 +624,7 @@ def test_sorted_fiber_split_by_positions(threads, reduction, width):
                 for split in (False, True):
                     before = _core.set_fiber_by_positions(split)
                     try:
-                        with _paths_taken() as taken[split]:
+                        with paths_taken() as taken[split]:
                             got[split] = sx.scatter_elements(data, index.astype(index_dtype), updates,
                                                              reduction=reduction)
                     finally:
@@ -707,7 +681,7 @@ def test_sorted_16bit_floats_in_chains(dtype, reduction):
             for chains in (False, True):
                 before = _core.set_ascending_chains(chains)
                 try:
-                    with _paths_taken() as taken:
+                    with paths_taken() as taken:
                         got[chains] = sx.scatter_elements(data, index, updates, reduction=reduction)
                         out = data.copy()
                         sx.scatter_elements(out, index, updates, reduction=reduction, out=out)
@@ -789,7 +763,7 @@ def test_float16_arithmetic_by_f16c_along_the_paths(reduction):
     ]
     # Without vectors to list by, the random fiber keeps one thread and a reader (fiber_split_pays).
     width = _default_list_width()
-    paths = [_split_paths(2, width, np.int64, 2) if width else {"fiber_reader": 2},
+    paths = [split_paths(2, width, np.int64, 2) if width else {"fiber_reader": 2},
              {"fiber_by_positions": 2, "ascending_chains": 2}, {}]
     previous = sx.get_num_threads()
     sx.set_num_threads(2)
@@ -800,7 +774,7 @@ def test_float16_arithmetic_by_f16c_along_the_paths(reduction):
                 want = _sequential(data, index, updates, reduction)
             else:
                 want = _sequential_axis0(data.T.copy(), index.T.copy(), updates.T.copy(), reduction).T
-            with _paths_taken() as taken:
+            with paths_taken() as taken:
                 for way in (False, True):
                     _core.set_f16c_arith(way)
                     got = sx.scatter_elements(data, index, updates, axis=axis, reduction=reduction)
@@ -847,7 +821,7 @@ def test_runs_of_equal_indices_in_a_fiber(threads, reduction, ahead):
         updates = rng.uniform(0.99, 1.01, n) if reduction == "mul" else rng.standard_normal(n)
         data = rng.standard_normal(1000)
         want = _sequential(data, index, updates, reduction)
-        with _paths_taken() as taken:
+        with paths_taken() as taken:
             got = sx.scatter_elements(data, index, updates, reduction=reduction)
         np.testing.assert_array_equal(got, want)
         assert taken == ({"fiber_reader": 1} if threads == 2 else {})
@@ -863,7 +837,7 @@ def test_runs_of_equal_indices_in_a_fiber(threads, reduction, ahead):
         index = np.where(runs, _runs(rng, n, far // 4, 300), rng.integers(0, far, n))
         data = rng.standard_normal(far)
         want = _sequential(data, index, updates, reduction)
-        with _paths_taken() as taken:
+        with paths_taken() as taken:
             got = sx.scatter_elements(data, index, updates, reduction=reduction)
         np.testing.assert_array_equal(got, want)
         assert taken == ({"fiber_reader": 1} if threads == 2 else {})
@@ -1054,7 +1028,7 @@ def test_broadcast_index_rows_split_by_destination(dtype, reduction):
             results = []
             for threads in (1, 2, 3):
                 sx.set_num_threads(threads)
-                with _paths_taken() as taken:
+                with paths_taken() as taken:
                     results.append(_scatter_both_ways(data, indices, updates, reduction, want))
                 assert taken == {"rows_by_target": 2}, (width, threads)
                 out = data.copy()
@@ -1082,7 +1056,7 @@ def test_rows_of_one_target_copy_data_of_any_layout(restore_threads, threads, la
     updates = rng.standard_normal((20000, 40)).astype(np.float32)
     rows = rng.integers(-3000, 3000, 20000)
     indices = np.broadcast_to(rows[:, None], updates.shape)
-    with _paths_taken() as taken:
+    with paths_taken() as taken:
         got = sx.scatter_elements(data, indices, updates, axis=0, reduction="add")
     assert taken == {"rows_by_target": 1}
     np.testing.assert_array_equal(got.view(np.uint8), _sequential_axis0(before, indices, updates, "add").view(np.uint8))
@@ -1141,7 +1115,11 @@ def test_gather_of_random_rows_beyond_the_cache(streaming_outputs, restore_threa
         column = rng.integers(-20_000, 20_000, (30_001, 1)).astype(index_dtype)
         indices = np.broadcast_to(column, (30_001, 40))
     want = np.take_along_axis(data, indices, 0)
-    np.testing.assert_array_equal(sx.gather_elements(data, indices, 0).view(np.uint8), want.view(np.uint8))
+    with paths_taken() as taken:
+        got = sx.gather_elements(data, indices, 0)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    streamed = {"gather_stream": 1} if streaming_outputs else {}
+    assert taken == {"gather_far_rows" if rows == "random" else "gather_whole_rows": 1, **streamed}
     if rows == "random":
         indices = indices.copy()
         indices[29_999, 7] = -20_001
@@ -1171,7 +1149,10 @@ def test_gather_of_a_fiber_from_a_source_beyond_the_cache(streaming_outputs, res
     data = rng.standard_normal(1_100_000)  # 8.8 MB
     indices = rng.integers(-1_100_000, 1_100_000, size).astype(index_dtype)
     want = np.take_along_axis(data, indices, 0)
-    np.testing.assert_array_equal(sx.gather_elements(data, indices, 0).view(np.uint8), want.view(np.uint8))
+    with paths_taken() as taken:
+        got = sx.gather_elements(data, indices, 0)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert taken == {"gather_far_fiber": 1, **({"gather_stream": 1} if streaming_outputs else {})}
     out = np.full(size, 7.0)
     np.testing.assert_array_equal(sx.gather_elements(data, indices, 0, out=out).view(np.uint8), want.view(np.uint8))
     for at in sorted({0, max(0, size - 40), size - 1}):
@@ -1316,7 +1297,7 @@ def test_scatter_staged_in_a_scratch(streaming_outputs, restore_threads, threads
         want = data.copy()
         with np.errstate(over="ignore"):
             UFUNCS[reduction].at(want, tuple(index), updates)
-    with _paths_taken() as taken:
+    with paths_taken() as taken:
         got = sx.scatter_elements(data, indices, updates, axis=1, reduction=reduction)
     assert taken == {"stage_rows": 1}
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))

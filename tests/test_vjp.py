@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oracle
+from gated_paths import paths_taken
 import scatterx as sx
 from scatterx import _autodiff, _core
 from scatterx._rules import scatter_call
@@ -559,7 +560,11 @@ def test_mul_backward_in_groups_and_beyond_the_scratch(data_shape, index_shape, 
     d, u = small(data_shape), small(index_shape)
     i = rng.integers(-size, size, index_shape).astype(np.int32)
     g = rng.standard_normal(data_shape).astype(dtype)
-    got = _vjp_on_1_2_3_threads(g, d, i, u, axis, "mul")
+    with paths_taken() as taken:
+        got = _vjp_on_1_2_3_threads(g, d, i, u, axis, "mul")
+    # A fiber within the 256 KB scratch (kMulScratchBytes) keeps P and S there, a longer one in dD.
+    fits = size * np.dtype(dtype).itemsize <= 256 << 10
+    assert taken == {"mul_backward_scratch" if fits else "mul_backward_in_place": 3}
     rtol = 1e-14 if dtype == np.float64 else 1e-12
     for a, b in zip(got, oracle.scatter_elements_vjp(g, d, i, u, axis, "mul")):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=0)
@@ -833,7 +838,15 @@ def test_none_backward_of_rows_staged_or_not(dtype, data_shape, index_shape, str
     g = g.astype(dtype)
     i = rng.integers(-size, size, index_shape)
     u = rng.standard_normal(index_shape).astype(dtype)
-    got = _vjp_on_1_2_3_threads(g, d, i, u, 1, "none")
+    with paths_taken() as taken:
+        got = _vjp_on_1_2_3_threads(g, d, i, u, 1, "none")
+    # Streamed, a row of at most 64 KB (kRowStageBytes) is staged, and its update gradients
+    # beside it where they too fit.
+    itemsize = np.dtype(dtype).itemsize
+    staged = streaming_outputs and size * itemsize <= 64 << 10
+    updates_staged = staged and index_shape[1] * itemsize <= 64 << 10
+    assert taken == {**({"none_backward_staged": 3} if staged else {}),
+                     **({"none_backward_staged_updates": 3} if updates_staged else {})}
     for a, b in zip(got, oracle.scatter_elements_vjp(g, d, i, u, 1, "none")):
         np.testing.assert_array_equal(a, b)
 

@@ -2328,13 +2328,13 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
     // A large call whose blocks of target rows fit the stage works in a scratch (stage_rows).
     const int64_t footprint = 2 * fs.nfib * g.axis_size * N + volume(g.s.shape, g.s.ndim) * (N + int64_t(sizeof(I)));
     const bool stage = src && axis_outer && streams(footprint);
-    std::atomic<bool> staged{false};
+    PathsSeen seen;
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         bool local_bad = false;
         ScatterBlock<T, I, R> sb{g.axis_size, g.axis_stride, &local_bad};
         if (stage && count > 1 && in[0] == N && g.axis_size * count * N <= kStageBytes &&
             stage_rows(sb, p, count, in, fs.na, fs.astr, g.src_axis_stride)) {
-            staged.store(true, std::memory_order_relaxed);
+            seen.add(PathsSeen::bit(Path::stage_rows));
         } else if (count == 1 || !axis_outer) {
             // Without a fused copy (out=data), a short fiber dense along the axis is asked for
             // whole kSpanAhead fibers ahead, as the gather does: its lines are then in the cache
@@ -2362,7 +2362,6 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
         }
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
-    if (staged.load()) took(Path::stage_rows);
     return !bad.load();
 }
 
@@ -2677,8 +2676,10 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
     const int64_t positions = volume(g.s.shape, g.s.ndim);
     const bool stream = streams(positions * (N + int64_t(sizeof(I))) + fs.nfib * g.axis_size * N);
     std::atomic<bool> bad{false};
+    PathsSeen seen;
     parallel_blocks(fs, base, fparts, xparts, [&](char* const* p, int64_t count, const int64_t* in,
                                                   int xp, int xn) {
+        uint32_t paths = 0;  // the gated paths this block took (see PathsSeen)
         auto [j0, j1] = split_range(fs.na, xp, xn);
         const int64_t* astr = fs.astr;
         // Locals, not captured variables: the byte stores below may alias those, and the
@@ -2697,6 +2698,8 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                 const bool span = dstr == N && size * N <= kSpanBytes;
                 const bool far_source = size * dstr > kFiberGatherFarBytes;  // see kFiberGatherAhead
                 const int64_t lines = (size * N + 63) / 64;
+                paths |= (stream ? PathsSeen::bit(Path::gather_stream) : 0) |
+                         (far_source ? PathsSeen::bit(Path::gather_far_fiber) : 0);
                 for (int64_t k = 0; k < count; ++k) {
                     const char* dp = p[0] + k * in[0];
                     const char* next = span && k + kSpanAhead < count ? dp + kSpanAhead * in[0] : nullptr;
@@ -2730,6 +2733,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             bool was_constant = false;
             // Rows [a, b) of one value each, through gather_whole_rows.
             auto whole_rows = [&](int64_t a, int64_t b) {
+                paths |= PathsSeen::bit(Path::gather_whole_rows) | (stream ? PathsSeen::bit(Path::gather_stream) : 0);
                 const bool ok = stream ? gather_whole_rows<I, true>(p[1], astr[1], a, b, p[0], dstr, size, p[2],
                                                                    astr[2], count * N, far, j1)
                                        : gather_whole_rows<I, false>(p[1], astr[1], a, b, p[0], dstr, size, p[2],
@@ -2767,6 +2771,8 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
                 }
                 if (contiguous) {
                     // Random source elements beyond the cache: those of a later row are asked for.
+                    paths |= (far ? PathsSeen::bit(Path::gather_far_rows) : 0) |
+                             (stream ? PathsSeen::bit(Path::gather_stream) : 0);
                     if (stream) {
                         // The rows from j on that hold several values, up to kWholeRows of them,
                         // in one call (stream_gather_rows), against a row per call. Stop 44, the
@@ -2807,6 +2813,7 @@ template <int64_t N, class I> bool gather_kernel(const Geometry& g, const char* 
             }
         }
         if (stream) stream_fence();
+        seen.add(paths);
         if (local_bad) bad.store(true, std::memory_order_relaxed);
     });
     return !bad.load();
@@ -2837,6 +2844,7 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
     const int64_t out_bytes = fs.nfib * g.axis_size * N;
     const bool stream = src && streams(2 * out_bytes + fs.nfib * fs.na * (int64_t(sizeof(I)) + N));
     std::atomic<bool> bad{false};
+    PathsSeen seen;
     parallel_blocks(fs, base, fparts, 1, [&](char* const* p, int64_t count, const int64_t* in, int, int) {
         // Locals, not captured variables: the byte stores below may alias those.
         const int64_t size = g.axis_size, dstr = g.axis_stride;
@@ -2869,6 +2877,8 @@ bool take_last_writer(const Geometry& g, char* grad_data, const char* indices, c
             const int64_t u_bytes = fs.na * N <= kRowStageBytes ? fs.na * N : 0;
             char* const stage = stream && typed && size * N <= kRowStageBytes ? thread_scratch(row_bytes + u_bytes) : nullptr;
             char* const ustage = stage && u_bytes ? stage + row_bytes : nullptr;
+            seen.add((stage ? PathsSeen::bit(Path::none_backward_staged) : 0) |
+                     (ustage ? PathsSeen::bit(Path::none_backward_staged_updates) : 0));
             for (int64_t k = 0; k < count; ++k) {
                 if (typed && k + 1 < count) {
                     // The walk goes backwards through the row's indices and gradients, which
@@ -3070,6 +3080,7 @@ bool mul_backward(const Geometry& g, char* dD, int64_t extent, const char* G, co
     constexpr int64_t N = sizeof(T);
     const bool axis_outer = g.s.ndim < 2 || g.axis < g.s.ndim - 1;
     const bool grouped = g.axis_size * N <= kMulScratchBytes;
+    took(grouped ? Path::mul_backward_scratch : Path::mul_backward_in_place);
     // G, D and dD, indices, updates and dU (see kStreamBytes).
     const bool stream = streams(3 * extent + volume(g.s.shape, g.s.ndim) * (int64_t(sizeof(I)) + 2 * N));
     const int fparts = choose_parts(fs.nfib, fs.nfib * std::max(fs.na, g.axis_size)).first;
