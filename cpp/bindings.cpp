@@ -613,7 +613,17 @@ nb::object empty_output(std::vector<int64_t> shape, nb::handle dtype_h) {
 }
 
 // ---- The short path: everything validated here for the common case, or None to fall back to
-// the Python layer (which then validates fully and raises the precise error). ----
+// the Python layer (which then validates fully and raises the precise error). An index out of
+// bounds, which the kernel finds as it goes, raises OutOfBounds(its flat position, the axis),
+// from which the Python layer raises the error at once rather than running the call again (an
+// exception, where a result to tell apart from the array would cost every call a test). ----
+
+PyObject* out_of_bounds_type = nullptr;
+
+[[noreturn]] void out_of_bounds_at(int64_t flat, int axis) {
+    PyErr_SetObject(out_of_bounds_type, nb::make_tuple(flat, axis).ptr());
+    throw nb::python_error();
+}
 
 int bfloat16_type_num = -1;
 
@@ -715,7 +725,8 @@ nb::object scatter_fast(nb::handle data_h, nb::handle indices_h, nb::handle upda
     nb::object out = new_output(PyArray_NDIM(data), PyArray_DIMS(data), descr);
     View vd = view(data_h, "data"), vi = view(indices_h, "indices"), vu = view(updates_h, "updates");
     View vo = view(out, "out", true);
-    if (run_scatter(vd, vi, vu, vo, axis, reduction, code, true, false) >= 0) return nb::none();
+    const int64_t bad = run_scatter(vd, vi, vu, vo, axis, reduction, code, true, false);
+    if (bad >= 0) out_of_bounds_at(bad, axis);
     return out;
 }
 
@@ -730,7 +741,8 @@ nb::object gather_fast(nb::handle data_h, nb::handle indices_h, nb::handle axis_
     Py_INCREF(descr);
     nb::object out = new_output(PyArray_NDIM(idx), PyArray_DIMS(idx), descr);
     View vd = view(data_h, "data"), vi = view(indices_h, "indices"), vo = view(out, "out", true);
-    if (run_gather(vd, vi, vo, axis, false) >= 0) return nb::none();
+    const int64_t bad = run_gather(vd, vi, vo, axis, false);
+    if (bad >= 0) out_of_bounds_at(bad, axis);
     return out;
 }
 
@@ -746,6 +758,12 @@ NB_MODULE(_core, m) {
     output_cache::capsule = PyCapsule_New(&output_cache::handler, "mem_handler", nullptr);
     if (!output_cache::capsule) throw nb::python_error();
     m.doc() = "scatterx native kernels (private; use the scatterx package)";
+    out_of_bounds_type = PyErr_NewExceptionWithDoc(
+        "scatterx._core.OutOfBounds",
+        "An index out of bounds met by the short path; args: its flat position (row-major), the axis.",
+        PyExc_IndexError, nullptr);
+    if (!out_of_bounds_type) throw nb::python_error();
+    m.attr("OutOfBounds") = nb::borrow(out_of_bounds_type);
     m.attr("element_types") = std::vector<std::string>(std::begin(element_type_names), std::end(element_type_names));
     m.attr("reductions") = std::vector<std::string>(std::begin(reduction_names), std::end(reduction_names));
     m.def("scatter", &scatter, nb::arg("data"), nb::arg("indices"), nb::arg("updates"), nb::arg("out"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core, _kernels
-from ._rules import check_out, gather_call, is_string_dtype, scatter_call
+from ._rules import check_out, gather_call, is_string_dtype, out_of_bounds_error, scatter_call
 
 
 def scatter_elements(data, indices, updates, axis=0, reduction="none", *, out=None) -> np.ndarray:
@@ -66,7 +66,11 @@ def scatter_elements(data, indices, updates, axis=0, reduction="none", *, out=No
     """
     if out is None:
         # The short path validates the common case natively; None means "not that case".
-        result = _core.scatter_fast(data, indices, updates, axis, reduction)
+        try:
+            result = _core.scatter_fast(data, indices, updates, axis, reduction)
+        except _core.OutOfBounds as error:  # the flat position of the first bad index, the axis
+            flat, at = error.args
+            raise out_of_bounds_error(indices, flat, at, data.shape[at]) from None
         if result is not None:
             return result
     call = scatter_call(data, indices, updates, axis, reduction)
@@ -102,7 +106,11 @@ def gather_elements(data, indices, axis=0, *, out=None) -> np.ndarray:
         As for `scatter_elements`; nothing is written to `out` on error.
     """
     if out is None:
-        result = _core.gather_fast(data, indices, axis)
+        try:
+            result = _core.gather_fast(data, indices, axis)
+        except _core.OutOfBounds as error:  # as in scatter_elements
+            flat, at = error.args
+            raise out_of_bounds_error(indices, flat, at, data.shape[at]) from None
         if result is not None:
             return result
     call = gather_call(data, indices, axis)

@@ -181,10 +181,15 @@ def out_of_bounds_message(value: int, position: tuple, axis: int, size: int) -> 
     )
 
 
-def raise_out_of_bounds(indices: np.ndarray, flat: int, axis: int, size: int):
+def out_of_bounds_error(indices: np.ndarray, flat: int, axis: int, size: int) -> IndexError:
+    """The error for the index at flat position `flat` (row-major) of `indices`."""
     position = np.unravel_index(flat, indices.shape)
     value = int(indices[position])
-    raise IndexError(out_of_bounds_message(value, tuple(int(p) for p in position), axis, size))
+    return IndexError(out_of_bounds_message(value, tuple(int(p) for p in position), axis, size))
+
+
+def raise_out_of_bounds(indices: np.ndarray, flat: int, axis: int, size: int):
+    raise out_of_bounds_error(indices, flat, axis, size)
 
 
 def as_updates(updates: object, data: np.ndarray, indices: np.ndarray) -> np.ndarray:

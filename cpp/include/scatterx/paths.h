@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -67,9 +68,8 @@ class PathsSeen {
         if (bits) seen_.fetch_or(bits, std::memory_order_relaxed);
     }
     ~PathsSeen() {
-        const uint32_t bits = seen_.load(std::memory_order_relaxed);
-        for (int k = 0; k < int(Path::count); ++k)
-            if (bits >> k & 1) took(Path(k));
+        for (uint32_t bits = seen_.load(std::memory_order_relaxed); bits; bits &= bits - 1)
+            took(Path(std::countr_zero(bits)));
     }
 
   private:
