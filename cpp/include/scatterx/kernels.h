@@ -2291,10 +2291,12 @@ bool scatter_kernel(const Geometry& g, char* out, const char* indices, const cha
             if (split) return ok;
         }
         std::atomic<int64_t> progress{0};
-        took(Path::fiber_reader);
         ThreadPool::instance().run(2, [&](int w, int) {
             for_each_run(fs.f, base, 0, 1, [&](char* const* p, int64_t, const int64_t*) {
-                if (w == 1) return read_ahead(p[1], sizeof(I), p[2], sizeof(T), fs.na, progress);
+                if (w == 1) {  // counted where the reader runs (not on a busy pool's one thread)
+                    took(Path::fiber_reader);
+                    return read_ahead(p[1], sizeof(I), p[2], sizeof(T), fs.na, progress);
+                }
                 bool local_bad = false;
                 ScatterBlock<T, I, R> sb{g.axis_size, g.axis_stride, &local_bad, &progress};
                 if (src) copy_run(p[0], g.axis_stride, p[3], g.src_axis_stride, g.axis_size, int64_t(sizeof(T)));
