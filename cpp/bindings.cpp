@@ -854,6 +854,29 @@ NB_MODULE(_core, m) {
           "Whether float16 adds and products element by element convert by F16C's instructions (the default "
           "where the CPU has them; never where it has not); returns the previous setting (for tests and "
           "measurements).");
+    m.def("set_half_rows",
+          [](bool on) {
+#ifdef SCATTERX_HAVE_F16C_PATH
+              return std::exchange(half_rows_on, on);
+#else
+              return false;
+#endif
+          },
+          nb::arg("on"),
+          "Whether rows of float16 and bfloat16 adds take the CPU's 16-bit float instructions where it has "
+          "them (AVX512-FP16's add, AVX512_BF16's rounding; the default) or convert through float32; returns "
+          "the previous setting (for tests and measurements).");
+    m.def("half_row_instructions",
+          [] {
+              std::vector<std::string> has;
+#ifdef SCATTERX_HAVE_F16C_PATH
+              if (cpu_has_avx512fp16()) has.push_back("avx512fp16");
+              if (cpu_has_avx512bf16()) has.push_back("avx512bf16");
+#endif
+              return has;
+          },
+          "The CPU's 16-bit float instructions that rows of float16 and bfloat16 adds can take (see "
+          "set_half_rows).");
     m.def("set_list_width",
           [](int bits) {
               if (!list_width_supported(bits)) throw nb::value_error("the CPU has no vectors of this width");

@@ -9,6 +9,7 @@ sequential semantics; float16 results must match bit for bit.
 from __future__ import annotations
 
 import contextlib
+import platform
 
 import ml_dtypes
 import numpy as np
@@ -168,6 +169,88 @@ def test_row_adds_agree_with_element_adds_bit_for_bit(dtype):
             np.ascontiguousarray(updates.T), 1, "add").T
     assert np.isnan(by_rows.astype(np.float32)).sum() > 100  # the NaN rule is exercised
     np.testing.assert_array_equal(by_rows.view(width), by_elements.view(width))
+
+
+# Per 16-bit float type: the mask of its exponent bits, and its exponent bias.
+HALF_LAYOUT = {np.float16: (0x7C00, 15), ml_dtypes.bfloat16: (0x7F80, 127)}
+
+
+def _half_bits(rng, dtype, kind, shape):
+    """16-bit float bit patterns of one kind: "normal" (both signs, exponents of 2^-10 to 2^10,
+    zeros of both signs, and one in 200 a positive value near the largest, so that sums overflow
+    to infinity but no NaN arises), "tiny" (subnormals and the smallest normals, whose float32
+    sums are, for bfloat16, subnormal) or "mixed" (random patterns, NaNs of both signs and with
+    payloads among them)."""
+    exponent_mask, bias = HALF_LAYOUT[dtype]
+    shift = int(exponent_mask & -exponent_mask).bit_length() - 1  # the exponent's lowest bit
+    mantissa = (1 << shift) - 1
+    bits = rng.integers(0, 1 << 16, shape).astype(np.uint16)
+    if kind == "mixed":
+        return bits
+    if kind == "tiny":
+        return bits & (0x8000 | (1 << shift) | mantissa)  # exponent 0 or 1
+    exponent = rng.integers(bias - 10, bias + 11, shape).astype(np.uint16)
+    bits = (bits & (0x8000 | mantissa)) | (exponent << shift)
+    bits[rng.random(shape) < 0.05] &= 0x8000
+    huge = rng.random(shape) < 0.005
+    bits[huge] = (exponent_mask - (1 << shift)) | (bits[huge] & mantissa)
+    return bits.astype(np.uint16)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("kind", ["normal", "tiny", "mixed"])
+def test_16bit_row_adds_by_the_cpus_instructions(dtype, kind):
+    """Rows of 16-bit float adds take the CPU's own instructions where it has them
+    (`set_half_rows`, `half_row_instructions`): float16 adds by AVX512-FP16's vaddph, thirty-two
+    at a time in float16 itself; bfloat16 sums rounded by AVX512_BF16's vcvtne2ps2bf16, thirty-two
+    at a time, where a vector whose float32 sums hold a NaN or a subnormal (which that instruction
+    would quiet keeping its payload, or take as zero) goes by the integer rounding instead. Both
+    settings give NumPy's (ml_dtypes') sums one row at a time, bit for bit where the result is not
+    a NaN, and the same bits as each other everywhere: "normal" values of every exponent
+    (overflow to infinity, ties, zeros; no NaN, so every vector goes the instructions' way),
+    "tiny" ones whose sums are subnormal, and "mixed" random patterns. 96 columns: three vectors
+    of 32."""
+    rng = np.random.default_rng(41)
+    targets = 2000 if kind == "tiny" else 16  # tiny sums stay tiny over few adds
+    data = _half_bits(rng, dtype, kind, (targets, 96)).view(dtype)
+    updates = _half_bits(rng, dtype, kind, (4000, 96)).view(dtype)
+    rows = rng.integers(0, targets, 4000)
+    index = np.broadcast_to(rows[:, None], updates.shape)
+    want = _sequential_axis0(data, index, updates, "add")
+    before = _core.set_half_rows(True)
+    got = {}
+    try:
+        for way in (False, True):
+            _core.set_half_rows(way)
+            with np.errstate(all="ignore"):
+                got[way] = sx.scatter_elements(data, index, updates, 0, "add")
+    finally:
+        _core.set_half_rows(before)
+    nan = np.isnan(want.astype(np.float32))
+    for way in (False, True):
+        np.testing.assert_array_equal(np.isnan(got[way].astype(np.float32)), nan)
+        np.testing.assert_array_equal(got[way].view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    np.testing.assert_array_equal(got[True].view(np.uint16), got[False].view(np.uint16))
+    exponent_mask = HALF_LAYOUT[dtype][0]
+    if kind == "tiny":
+        assert ((want.view(np.uint16) & exponent_mask) == 0).mean() > 0.2  # subnormal results are common
+    if kind == "normal":
+        assert not nan.any() and np.isinf(want.astype(np.float32)).any()
+        assert np.isfinite(want.astype(np.float32)).mean() > 0.5
+
+
+def test_16bit_row_instructions_are_the_cpus():
+    """The 16-bit float instructions the rows take are those Linux lists for the CPU (where it can
+    be read): AVX512-FP16 for float16, AVX512_BF16 for bfloat16."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(f.read().split())
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86-64 only")
+    want = [name for name, flag in (("avx512fp16", "avx512_fp16"), ("avx512bf16", "avx512_bf16")) if flag in flags]
+    assert _core.half_row_instructions() == want
 
 
 @pytest.mark.parametrize("axis", [0, 1])
