@@ -3,6 +3,7 @@
 // internal call from touching memory it should not), releases the GIL and dispatches
 // element type x index type x reduction through templates.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -24,6 +25,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -868,15 +870,15 @@ NB_MODULE(_core, m) {
           "the previous setting (for tests and measurements).");
     m.def("half_row_instructions",
           [] {
-              std::vector<std::string> has;
-#ifdef SCATTERX_HAVE_F16C_PATH
-              if (cpu_has_avx512fp16()) has.push_back("avx512fp16");
-              if (cpu_has_avx512bf16()) has.push_back("avx512bf16");
+              std::map<std::string, bool> built;
+#ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
+              built["avx512fp16"] = cpu_has_avx512fp16();
+              built["avx512bf16"] = cpu_has_avx512bf16();
 #endif
-              return has;
+              return built;
           },
-          "The CPU's 16-bit float instructions that rows of float16 and bfloat16 adds can take (see "
-          "set_half_rows).");
+          "The 16-bit float instructions built for rows of float16 and bfloat16 adds (see set_half_rows), "
+          "each with whether the CPU has it (none where the compiler did not know them).");
     m.def("set_list_width",
           [](int bits) {
               if (!list_width_supported(bits)) throw nb::value_error("the CPU has no vectors of this width");

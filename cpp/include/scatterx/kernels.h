@@ -1546,13 +1546,17 @@ template <class T, Reduction R> inline void apply_row(T* __restrict dst, const T
     int64_t done = 0;
 #ifdef SCATTERX_HAVE_F16C_PATH
     if constexpr (std::is_same_v<T, float16> && R == Reduction::add) {
+#ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
         if (half_rows_on && cpu_has_avx512fp16()) done = add_f16_avx512fp16(dst, up, count);
+#endif
         if (cpu_has_avx512f()) done += add_f16_avx512(dst + done, up + done, count - done);
         if (cpu_has_f16c()) done += add_f16_f16c(dst + done, up + done, count - done);
     }
     if constexpr (std::is_same_v<T, bfloat16> && R == Reduction::add) {
+#ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
         if (half_rows_on && cpu_has_avx512bf16()) done = add_bf16_avx512bf16(dst, up, count);
-        else if (cpu_has_avx512bw()) done = add_bf16_avx512(dst, up, count);
+#endif
+        if (!done && cpu_has_avx512bw()) done = add_bf16_avx512(dst, up, count);
         if (cpu_has_avx2()) done += add_bf16_avx2(dst + done, up + done, count - done);
     }
     if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, double>) &&

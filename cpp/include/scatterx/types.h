@@ -179,6 +179,11 @@ template <class H, float (*ToF)(uint16_t), uint16_t (*FromF)(float), unsigned In
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SCATTERX_HAVE_F16C_PATH 1
+// Compilers that know AVX512-FP16 (GCC 12, Clang 14) and AVX512_BF16 (GCC 10, Clang 9): the
+// rows' 16-bit float instructions (half_rows_on) are built with these only.
+#if defined(__clang__) ? __clang_major__ >= 14 : __GNUC__ >= 12
+#define SCATTERX_HAVE_HALF_INSTRUCTIONS 1
+#endif
 // dst[k] = half(float(dst[k]) + float(src[k])) with the F16C conversions: exact widening, one
 // float32 add, round-to-nearest-even narrowing (quieted NaN with its payload kept) -- the same
 // bits as Arith<float16>::add, eight elements at a time. Returns how many elements it did.
@@ -206,6 +211,7 @@ __attribute__((target("avx512f"))) inline int64_t add_f16_avx512(float16* dst, c
     }
     return k;
 }
+#ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
 // The same by AVX512-FP16's own add (vaddph), thirty-two elements at a time, in float16 itself:
 // the same bits as the conversions, since a float32 sum of two float16 rounded to float16 is
 // their sum rounded once (24 bits hold 2 x 11 + 2). Of two NaNs x86 gives the first operand's,
@@ -230,6 +236,7 @@ __attribute__((target("avx512f,avx512bw,avx512fp16"))) inline int64_t add_f16_av
     }
     return k;
 }
+#endif
 inline bool cpu_has_avx512f() {
     static const bool has = __builtin_cpu_supports("avx512f");
     return has;
@@ -390,6 +397,7 @@ inline bool cpu_has_avx2() {
     static const bool has = __builtin_cpu_supports("avx2");
     return has;
 }
+#ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
 // add_bf16_avx512 with the rounding of AVX512_BF16 (vcvtne2ps2bf16: to nearest even, one
 // instruction for thirty-two sums), thirty-two at a time: the even elements widened by a shift,
 // the odd ones by a mask, one float32 add each, the sums rounded together and put back in order by
@@ -431,6 +439,8 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512bf16"))) inline int64_t a
     }
     return k;
 }
+#endif
+#ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
 inline bool cpu_has_avx512fp16() {
     static const bool has = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512fp16");
     return has;
@@ -440,6 +450,7 @@ inline bool cpu_has_avx512bf16() {
                             __builtin_cpu_supports("avx512bf16");
     return has;
 }
+#endif
 // Whether rows of float16 and bfloat16 adds take the CPU's 16-bit float instructions where it has
 // them (add_f16_avx512fp16, add_bf16_avx512bf16): the default; tests turn it off to reach the
 // conversions by float32 on the same CPU. A variable, as f16c_arith_on, since every row reads it.
