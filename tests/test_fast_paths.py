@@ -206,9 +206,9 @@ def test_16bit_row_adds_by_the_cpus_instructions(dtype, kind):
     would quiet keeping its payload, or take as zero) goes by the integer rounding instead. Both
     settings give NumPy's (ml_dtypes') sums one row at a time, bit for bit where the result is not
     a NaN, and the same bits as each other everywhere: "normal" values of every exponent
-    (overflow to infinity, ties, zeros; no NaN, so every vector goes the instructions' way),
-    "tiny" ones whose sums are subnormal, and "mixed" random patterns. 96 columns: three vectors
-    of 32."""
+    (overflow to infinity, ties in 7 % of the pairs, zeros; no NaN, so every vector goes the
+    instructions' way), "tiny" ones whose sums are subnormal, and "mixed" random patterns. 96
+    columns: three vectors of 32."""
     rng = np.random.default_rng(41)
     targets = 2000 if kind == "tiny" else 16  # tiny sums stay tiny over few adds
     data = _half_bits(rng, dtype, kind, (targets, 96)).view(dtype)
@@ -239,9 +239,9 @@ def test_16bit_row_adds_by_the_cpus_instructions(dtype, kind):
 
 
 def test_16bit_row_instructions_are_the_cpus():
-    """The rows take the 16-bit float instructions built into the module (AVX512-FP16 for float16,
-    AVX512_BF16 for bfloat16; a compiler that knows them builds both on x86-64) where Linux lists
-    them for the CPU, and only there."""
+    """The module finds the 16-bit float instructions that the rows take (AVX512-FP16 for float16,
+    AVX512_BF16 for bfloat16; built where the compiler knows them) on the CPU exactly where Linux
+    lists them."""
     try:
         with open("/proc/cpuinfo") as f:
             flags = set(f.read().split())

@@ -408,9 +408,10 @@ inline bool cpu_has_avx2() {
 // Intel virtual machine (family 6 model 167), one build with a switch (half_rows_on), one
 // process, two threads, rounds of medians of nine calls, bits the same, add_bf16_avx512 / this:
 // mp_add_bf16 4.63 / 4.33 ms (faster in 7 of 8 rounds), 4.85 / 4.58 and 4.93 / 4.60 (8 of 8
-// each); with the float16 rows' change beside it, 4.55 / 4.34 (7 of 8) and 4.50 / 4.21 (6 of 8). Standalone, rows of 64 into 64 target rows (in L1), 200000 rows on one thread: 1.46-1.68
-// / 1.28-1.46 ms (float16's rows 0.90, float32's 0.83). Against ml_dtypes on 33.6 M random pairs
-// of bit patterns through scatterx: none differed (NaNs where ml_dtypes has them).
+// each); with the float16 rows' change beside it, 4.55 / 4.34 (7 of 8) and 4.50 / 4.21 (6 of 8).
+// Standalone, rows of 64 into 64 target rows (in L1), 200000 rows on one thread: 1.41-1.68 /
+// 1.28-1.46 ms (float16's rows 0.90, float32's 0.83). Against ml_dtypes on 33.6 M random pairs of
+// bit patterns through scatterx: none differed (NaNs where ml_dtypes has them).
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512bf16"))) inline int64_t add_bf16_avx512bf16(bfloat16* dst,
                                                                                                 const bfloat16* src,
                                                                                                 int64_t n) {
@@ -439,8 +440,6 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512bf16"))) inline int64_t a
     }
     return k;
 }
-#endif
-#ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
 inline bool cpu_has_avx512fp16() {
     static const bool has = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512fp16");
     return has;
