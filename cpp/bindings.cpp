@@ -865,9 +865,22 @@ NB_MODULE(_core, m) {
 #endif
           },
           nb::arg("on"),
-          "Whether rows of float16 and bfloat16 adds take the CPU's 16-bit float instructions where it has "
-          "them (AVX512-FP16's add, AVX512_BF16's rounding; the default) or convert through float32; returns "
-          "the previous setting (for tests and measurements).");
+          "Whether rows of float16 and bfloat16 adds and products take the CPU's 16-bit float instructions "
+          "where it has them (AVX512-FP16's add and product, AVX512_BF16's rounding; the default) or convert "
+          "through float32; returns the previous setting (for tests and measurements).");
+    m.def("set_fp16_arith",
+          [](bool on) {
+#ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
+              return std::exchange(fp16_arith_on, on && fp16_arith_supported());
+#else
+              return false;
+#endif
+          },
+          nb::arg("on"),
+          "Whether float16 adds and products element by element take AVX512-FP16's own scalar instructions "
+          "(the default where the CPU has them and the module was built with them; never otherwise) before "
+          "F16C's conversions (set_f16c_arith) are asked; returns the previous setting (for tests and "
+          "measurements).");
     m.def("half_row_instructions",
           [] {
               std::map<std::string, bool> built;
@@ -877,7 +890,8 @@ NB_MODULE(_core, m) {
 #endif
               return built;
           },
-          "The 16-bit float instructions built for rows of float16 and bfloat16 adds (see set_half_rows), "
+          "The 16-bit float instructions built for rows of float16 and bfloat16 adds and products (see "
+          "set_half_rows) and float16's element by element (set_fp16_arith), "
           "each with whether the CPU has it (none where the compiler did not know them).");
     m.def("set_list_width",
           [](int bits) {

@@ -154,26 +154,28 @@ def test_float16_row_add_special_values():
     np.testing.assert_array_equal(got[ok].view(np.uint16), want[ok].view(np.uint16))
 
 
+@pytest.mark.parametrize("reduction", ["add", "mul"])
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
-def test_row_adds_agree_with_element_adds_bit_for_bit(dtype):
-    """Rows of one target of float16 and bfloat16 are added by hand-written vector code (float16:
-    AVX-512F sixteen at a time, F16C eight; bfloat16: AVX-512BW thirty-two at a time, AVX2
-    sixteen and eight), where the CPU has it; the same adds along the last axis go element by
-    element. Random bit patterns (NaNs of both signs and with payloads, infinities, subnormals)
-    must come out the same bits both ways, NaN signs included, 88 columns: for bfloat16 two
-    vectors of 32, one of 16 and one of 8; for float16 five of 16 and one of 8. (float32's
-    vector adds, which the compiler writes, may give a NaN plus a NaN the other operand's
-    payload: payloads are outside the bitwise promise, as in test_fuzz.py.)"""
+def test_row_adds_agree_with_element_adds_bit_for_bit(dtype, reduction):
+    """Rows of one target of float16 and bfloat16 are added (multiplied) by hand-written vector
+    code (float16: AVX512-FP16 thirty-two at a time, AVX-512F sixteen, F16C eight; bfloat16:
+    thirty-two at a time rounded by AVX512_BF16 or AVX-512BW, AVX2 sixteen and eight), where the
+    CPU has it; the same operations along the last axis go element by element. Random bit
+    patterns (NaNs of both signs and with payloads, infinities, subnormals) must come out the same
+    bits both ways, NaN signs included, 88 columns: two vectors of 32, then for bfloat16 one of 16
+    and one of 8, for float16 one of 16 and one of 8. (float32's vector adds, which the compiler
+    writes, may give a NaN plus a NaN the other operand's payload: payloads are outside the
+    bitwise promise, as in test_fuzz.py.)"""
     rng = np.random.default_rng(8)
     width = np.uint16
     data = rng.integers(0, np.iinfo(width).max, (40, 88), dtype=width, endpoint=True).view(dtype)
     updates = rng.integers(0, np.iinfo(width).max, (3000, 88), dtype=width, endpoint=True).view(dtype)
     rows = rng.integers(0, 40, 3000)
     with np.errstate(all="ignore"):
-        by_rows = sx.scatter_elements(data, np.broadcast_to(rows[:, None], updates.shape), updates, 0, "add")
+        by_rows = sx.scatter_elements(data, np.broadcast_to(rows[:, None], updates.shape), updates, 0, reduction)
         by_elements = sx.scatter_elements(
             np.ascontiguousarray(data.T), np.ascontiguousarray(np.broadcast_to(rows[None, :], updates.T.shape)),
-            np.ascontiguousarray(updates.T), 1, "add").T
+            np.ascontiguousarray(updates.T), 1, reduction).T
     assert np.isnan(by_rows.astype(np.float32)).sum() > 100  # the NaN rule is exercised
     np.testing.assert_array_equal(by_rows.view(width), by_elements.view(width))
 
@@ -244,6 +246,68 @@ def test_16bit_row_adds_by_the_cpus_instructions(dtype, kind):
     if kind == "normal":
         assert not nan.any() and np.isinf(want.astype(np.float32)).any()
         assert np.isfinite(want.astype(np.float32)).mean() > 0.5
+
+
+# Per 16-bit float type, the unbiased exponents of "small" factors (_half_factor_bits): their
+# products fall about the smallest normal, float16's own for float16 and float32's for bfloat16,
+# whose products are rounded in float32 first.
+SMALL_FACTOR_EXPONENTS = {np.float16: (-12, -3), ml_dtypes.bfloat16: (-66, -60)}
+
+
+def _half_factor_bits(rng, dtype, kind, shape):
+    """16-bit float bit patterns of one kind, for products: "near_one" (both signs, magnitudes in
+    [0.5, 2), so that a few products stay finite and normal), "small" (both signs, exponents of
+    SMALL_FACTOR_EXPONENTS, so that a product of two is subnormal as often as not) or "mixed"
+    (random patterns, as _half_bits)."""
+    if kind == "mixed":
+        return _half_bits(rng, dtype, kind, shape)
+    exponent_mask, bias = HALF_LAYOUT[dtype]
+    shift = int(exponent_mask & -exponent_mask).bit_length() - 1
+    low, high = {"near_one": (-1, 0), "small": SMALL_FACTOR_EXPONENTS[dtype]}[kind]
+    exponent = rng.integers(bias + low, bias + high + 1, shape).astype(np.uint16)
+    bits = rng.integers(0, 1 << 16, shape).astype(np.uint16) & (0x8000 | ((1 << shift) - 1))
+    return (bits | (exponent << shift)).astype(np.uint16)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("kind", ["near_one", "small", "mixed"])
+def test_16bit_row_products_by_the_cpus_instructions(dtype, kind):
+    """Rows of 16-bit float products go as the adds do (`set_half_rows`): float16 by AVX512-FP16's
+    vmulph, bfloat16 by float32 products rounded by AVX512_BF16's vcvtne2ps2bf16 where no product
+    is a NaN or subnormal, else by the integer rounding; the conversions by float32 otherwise. Both
+    settings give NumPy's (ml_dtypes') products one row at a time, bit for bit where the result is
+    not a NaN, and the same bits as each other everywhere: factors "near_one" (ten products per
+    target), "small" ones whose products are subnormal (one or two per target) and "mixed" random
+    patterns. 96 columns: three vectors of 32."""
+    rng = np.random.default_rng(43)
+    targets = {"near_one": 400, "small": 3000, "mixed": 16}[kind]
+    data = _half_factor_bits(rng, dtype, kind, (targets, 96)).view(dtype)
+    updates = _half_factor_bits(rng, dtype, kind, (4000, 96)).view(dtype)
+    rows = rng.integers(0, targets, 4000)
+    index = np.broadcast_to(rows[:, None], updates.shape)
+    want = _sequential_axis0(data, index, updates, "mul")
+    before = _core.set_half_rows(True)
+    got = {}
+    try:
+        for way in (False, True):
+            _core.set_half_rows(way)
+            with np.errstate(all="ignore"):
+                got[way] = sx.scatter_elements(data, index, updates, 0, "mul")
+    finally:
+        _core.set_half_rows(before)
+    nan = np.isnan(want.astype(np.float32))
+    for way in (False, True):
+        np.testing.assert_array_equal(np.isnan(got[way].astype(np.float32)), nan)
+        np.testing.assert_array_equal(got[way].view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    np.testing.assert_array_equal(got[True].view(np.uint16), got[False].view(np.uint16))
+    bits = want.view(np.uint16)
+    subnormal = ((bits & HALF_LAYOUT[dtype][0]) == 0) & ((bits & 0x7FFF) != 0)
+    if kind == "near_one":
+        assert not nan.any() and np.isfinite(want.astype(np.float32)).all() and not subnormal.any()
+    if kind == "small":
+        assert subnormal[np.isin(np.arange(targets), rows)].mean() > 0.1  # subnormal products are common
+    if kind == "mixed":
+        assert nan.any()
 
 
 def test_16bit_row_instructions_are_the_cpus():
@@ -786,21 +850,41 @@ def test_sorted_16bit_floats_in_chains(dtype, reduction):
         sx.set_num_threads(previous)
 
 
-def _f16c_arith(on):
-    """Sets `set_f16c_arith`; returns (the setting before, whether it is now on)."""
-    before = _core.set_f16c_arith(on)
-    return before, _core.set_f16c_arith(on)
+# The ways float16 adds and products go element by element, each as (fp16 arith, F16C arith):
+# AVX512-FP16's own instructions where the CPU has them, before F16C's conversions, before the
+# conversions written in C++.
+F16_WAYS = {"fp16": (True, True), "f16c": (False, True), "c++": (False, False)}
+
+
+@contextlib.contextmanager
+def _f16_ways():
+    """Yields `use(way)`, which sets `set_fp16_arith` and `set_f16c_arith` for one of F16_WAYS and
+    returns whether the CPU (and the build) lets that way run; puts both settings back after."""
+    before = _core.set_fp16_arith(True), _core.set_f16c_arith(True)
+
+    def use(way):
+        fp16, f16c = F16_WAYS[way]
+        _core.set_f16c_arith(f16c)
+        _core.set_fp16_arith(fp16)
+        return _core.set_fp16_arith(fp16) == fp16 and _core.set_f16c_arith(f16c) == f16c
+
+    try:
+        yield use
+    finally:
+        _core.set_f16c_arith(before[1])
+        _core.set_fp16_arith(before[0])
 
 
 @pytest.mark.parametrize("reduction", ["add", "mul"])
 def test_float16_arithmetic_by_f16c_for_every_update(reduction):
-    """float16 adds and products element by element convert by F16C's instructions where the CPU
-    has them (`set_f16c_arith`), else by the conversions written in C++. For 256 current values
-    (zeros and subnormals of both signs, the largest finite values, infinities, NaNs of both
-    signs and several payloads, random bit patterns) against every float16 as the update, both
-    ways give NumPy's float16 values, and the same bits where not both are NaN; of two NaNs the
-    F16C way gives the update's, quieted, as the vector rows do (payloads lie outside the
-    bitwise promise)."""
+    """float16 adds and products element by element go by AVX512-FP16's own instructions where
+    the CPU has them (`set_fp16_arith`), else convert by F16C's (`set_f16c_arith`), else by the
+    conversions written in C++. For 256 current values (zeros and subnormals of both signs, the
+    largest finite values, infinities, NaNs of both signs and several payloads, random bit
+    patterns) against every float16 as the update, each way the CPU has gives NumPy's float16
+    values, and the same bits as the C++ way where not both are NaN; of two NaNs the
+    instructions' ways give the update's, quieted, as the vector rows do (payloads lie outside
+    the bitwise promise)."""
     rng = np.random.default_rng(29)
     special = SPECIAL_BITS[np.float16] + [0x3FF, 0x83FF, 0x400, 0x8400, 0x3C00, 0xFC01, 0x7DFF, 0x7E01, 0x7FFF, 0xFFFF]
     currents = np.concatenate([special, rng.integers(0, 1 << 16, 256 - len(special))]).astype(np.uint16)
@@ -812,30 +896,29 @@ def test_float16_arithmetic_by_f16c_for_every_update(reduction):
     def is_nan(bits):
         return (bits & 0x7C00 == 0x7C00) & (bits & 0x3FF != 0)
 
-    before, on = _f16c_arith(True)
-    try:
+    with _f16_ways() as use:
+        ways = [way for way in F16_WAYS if use(way)]
+        assert "c++" in ways
         for current in currents:
             data = np.full(1 << 16, current, np.uint16).view(np.float16)
             got = {}
-            for way in (False, True):
-                _core.set_f16c_arith(way)
+            for way in ways:
+                use(way)
                 got[way] = sx.scatter_elements(data, order, updates, reduction=reduction).view(np.uint16)
             with np.errstate(all="ignore"):
                 want = ufunc(data, every.view(np.float16))
             both_nan = is_nan(current) & is_nan(every)
-            for way in (False, True):
+            for way in ways:
                 np.testing.assert_array_equal(got[way].view(np.float16), want)  # NaN matches NaN
-            np.testing.assert_array_equal(got[True][~both_nan], got[False][~both_nan])
-            if on and is_nan(current):
-                np.testing.assert_array_equal(got[True][both_nan], every[both_nan] | 0x200)
-    finally:
-        _core.set_f16c_arith(before)
+                np.testing.assert_array_equal(got[way][~both_nan], got["c++"][~both_nan])
+                if way != "c++" and is_nan(current):
+                    np.testing.assert_array_equal(got[way][both_nan], every[both_nan] | 0x200)
 
 
 @pytest.mark.parametrize("reduction", ["add", "mul"])
 def test_float16_arithmetic_by_f16c_along_the_paths(reduction):
-    """The element paths that float16 adds and products take, with F16C's conversions and with
-    those written in C++ (`set_f16c_arith`), against NumPy's ordered loop bit for bit: a long
+    """The element paths that float16 adds and products take, by each way the CPU has
+    (`_f16_ways`: AVX512-FP16, F16C, C++), against NumPy's ordered loop bit for bit: a long
     1-D fiber of random targets (split by targets between two threads), a sorted one (split by
     positions, runs in chains), and fibers along the last axis of a 2-D array."""
     rng = np.random.default_rng(31)
@@ -852,27 +935,28 @@ def test_float16_arithmetic_by_f16c_along_the_paths(reduction):
         (rng.standard_normal((300, 500)).astype(np.float16), rng.integers(-500, 500, (300, 800)),
          values((300, 800)), 1),
     ]
+    with _f16_ways() as use:
+        ways = [way for way in F16_WAYS if use(way)]
+    calls = len(ways)
     # Without vectors to list by, the random fiber keeps one thread and a reader (fiber_split_pays).
     width = _default_list_width()
-    paths = [split_paths(2, width, np.int64, 2) if width else {"fiber_reader": 2},
-             {"fiber_by_positions": 2, "ascending_chains": 2}, {}]
+    paths = [split_paths(calls, width, np.int64, 2) if width else {"fiber_reader": calls},
+             {"fiber_by_positions": calls, "ascending_chains": calls}, {}]
     previous = sx.get_num_threads()
     sx.set_num_threads(2)
-    before, _ = _f16c_arith(True)
     try:
         for (data, index, updates, axis), path in zip(cases, paths):
             if axis == 0:
                 want = _sequential(data, index, updates, reduction)
             else:
                 want = _sequential_axis0(data.T.copy(), index.T.copy(), updates.T.copy(), reduction).T
-            with paths_taken() as taken:
-                for way in (False, True):
-                    _core.set_f16c_arith(way)
+            with paths_taken() as taken, _f16_ways() as use:
+                for way in ways:
+                    assert use(way)
                     got = sx.scatter_elements(data, index, updates, axis=axis, reduction=reduction)
                     assert got.tobytes() == np.ascontiguousarray(want).tobytes(), (data.shape, way)
             assert taken == path, data.shape
     finally:
-        _core.set_f16c_arith(before)
         sx.set_num_threads(previous)
 
 

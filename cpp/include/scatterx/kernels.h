@@ -1535,8 +1535,8 @@ template <class T, class I, Reduction R> struct ScatterBlock {
 
 // dst[k] = R(dst[k], up[k]) for k < count: one target row, contiguous (vectorisable). Float
 // adds and products go by 64- or 32-byte vectors where the CPU has them (arith_row_avx512,
-// arith_row_avx2), float16 and bfloat16 adds by their own vector code (types.h; with the CPU's
-// 16-bit float instructions where it has them, half_rows_on), the rest by the compiler's
+// arith_row_avx2), float16 and bfloat16 adds and products by their own vector code (types.h; with
+// the CPU's 16-bit float instructions where it has them, half_rows_on), the rest by the compiler's
 // baseline vectorisation. Stop 60, the Intel virtual
 // machine (family 6 model 167), one build with a switch, one process, two threads, eight rounds
 // of medians of nine calls, bits the same: baseline / AVX-512 / AVX2 mp_add 11.35 / 10.59 /
@@ -1545,24 +1545,25 @@ template <class T, class I, Reduction R> struct ScatterBlock {
 template <class T, Reduction R> inline void apply_row(T* __restrict dst, const T* up, int64_t count) {
     int64_t done = 0;
 #ifdef SCATTERX_HAVE_F16C_PATH
-    if constexpr (std::is_same_v<T, float16> && R == Reduction::add) {
+    constexpr bool Mul = R == Reduction::mul;
+    if constexpr (std::is_same_v<T, float16> && (R == Reduction::add || Mul)) {
 #ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
-        if (half_rows_on && cpu_has_avx512fp16()) done = add_f16_avx512fp16(dst, up, count);
+        if (half_rows_on && cpu_has_avx512fp16()) done = arith_f16_avx512fp16<Mul>(dst, up, count);
 #endif
-        if (cpu_has_avx512f()) done += add_f16_avx512(dst + done, up + done, count - done);
-        if (cpu_has_f16c()) done += add_f16_f16c(dst + done, up + done, count - done);
+        if (cpu_has_avx512f()) done += arith_f16_avx512<Mul>(dst + done, up + done, count - done);
+        if (cpu_has_f16c()) done += arith_f16_f16c<Mul>(dst + done, up + done, count - done);
     }
-    if constexpr (std::is_same_v<T, bfloat16> && R == Reduction::add) {
+    if constexpr (std::is_same_v<T, bfloat16> && (R == Reduction::add || Mul)) {
 #ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
-        if (half_rows_on && cpu_has_avx512bf16()) done = add_bf16_avx512bf16(dst, up, count);
+        if (half_rows_on && cpu_has_avx512bf16()) done = arith_bf16_avx512bf16<Mul>(dst, up, count);
 #endif
-        if (!done && cpu_has_avx512bw()) done = add_bf16_avx512(dst, up, count);
-        if (cpu_has_avx2()) done += add_bf16_avx2(dst + done, up + done, count - done);
+        if (cpu_has_avx512bw()) done += arith_bf16_avx512<Mul>(dst + done, up + done, count - done);
+        if (cpu_has_avx2()) done += arith_bf16_avx2<Mul>(dst + done, up + done, count - done);
     }
     if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, double>) &&
                   (R == Reduction::add || R == Reduction::mul)) {
-        if (cpu_has_avx512f()) done = arith_row_avx512<T, R == Reduction::mul>(dst, up, count);
-        else if (cpu_has_avx2()) done = arith_row_avx2<T, R == Reduction::mul>(dst, up, count);
+        if (cpu_has_avx512f()) done = arith_row_avx512<T, Mul>(dst, up, count);
+        else if (cpu_has_avx2()) done = arith_row_avx2<T, Mul>(dst, up, count);
     }
 #endif
     for (int64_t k = done; k < count; ++k) Reducer<R>::apply(dst[k], up[k]);

@@ -184,16 +184,19 @@ template <class H, float (*ToF)(uint16_t), uint16_t (*FromF)(float), unsigned In
 #if defined(__clang__) ? __clang_major__ >= 14 : __GNUC__ >= 12
 #define SCATTERX_HAVE_HALF_INSTRUCTIONS 1
 #endif
-// dst[k] = half(float(dst[k]) + float(src[k])) with the F16C conversions: exact widening, one
-// float32 add, round-to-nearest-even narrowing (quieted NaN with its payload kept) -- the same
-// bits as Arith<float16>::add, eight elements at a time. Returns how many elements it did.
-__attribute__((target("avx,f16c"))) inline int64_t add_f16_f16c(float16* dst, const float16* src, int64_t n) {
+// dst[k] = half(float(dst[k]) + float(src[k])) (with Mul, the product) with the F16C
+// conversions: exact widening, one float32 operation, round-to-nearest-even narrowing (quieted NaN
+// with its payload kept) -- the same bits as Arith<float16>::add (mul), eight elements at a time.
+// Returns how many elements it did.
+template <bool Mul>
+__attribute__((target("avx,f16c"))) inline int64_t arith_f16_f16c(float16* dst, const float16* src, int64_t n) {
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
         __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dst + k)));
         __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k)));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + k),
-                         _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                         _mm256_cvtps_ph(Mul ? _mm256_mul_ps(a, b) : _mm256_add_ps(a, b),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     return k;
 }
@@ -201,13 +204,15 @@ __attribute__((target("avx,f16c"))) inline int64_t add_f16_f16c(float16* dst, co
 // width). Stop 44, the Zen 5 machine, one build with a switch, one process, medians of seven
 // calls: mp_add_f16 on two threads 2.81 -> 2.74 and 2.84 -> 2.74 ms (faster in 8 and 6 of 8
 // rounds), on one thread 3.98 -> 3.72 (6 of 6).
-__attribute__((target("avx512f"))) inline int64_t add_f16_avx512(float16* dst, const float16* src, int64_t n) {
+template <bool Mul>
+__attribute__((target("avx512f"))) inline int64_t arith_f16_avx512(float16* dst, const float16* src, int64_t n) {
     int64_t k = 0;
     for (; k + 16 <= n; k += 16) {
         __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst + k)));
         __m512 b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + k)));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k),
-                            _mm512_cvtps_ph(_mm512_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                            _mm512_cvtps_ph(Mul ? _mm512_mul_ps(a, b) : _mm512_add_ps(a, b),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     return k;
 }
@@ -219,20 +224,23 @@ __attribute__((target("avx512f"))) inline int64_t add_f16_avx512(float16* dst, c
 // have it (f16c_arith), since the compiler may put a commutative add's operands in either order
 // (with the intrinsic it put the target row's first here). Where the CPU has it and half_rows_on.
 // Stop 77, the Intel virtual machine (family 6 model 167), one build with a switch (half_rows_on),
-// one process, two threads, eight rounds of medians of nine calls, bits the same, add_f16_avx512 /
+// one process, two threads, eight rounds of medians of nine calls, bits the same, arith_f16_avx512 /
 // this: mp_add_f16 4.15 / 3.93 ms (faster in 8 of 8 rounds), 3.74 / 3.53 (6 of 8); mp_add, which
 // does not go here, 9.17 / 9.39 (5 of 8). Standalone, rows of 64 into 64 target rows (in L1),
 // 200000 rows on one thread: 0.90-0.93 / 0.45-0.46 ms; the same bits as f16c_arith on 4 M random
-// pairs of bit patterns, NaNs included.
-__attribute__((target("avx512f,avx512bw,avx512fp16"))) inline int64_t add_f16_avx512fp16(float16* dst,
-                                                                                      const float16* src, int64_t n) {
+// pairs of bit patterns, NaNs included. With Mul, vmulph: a product of two float16 is exact in
+// float32 (22 bits), so its float16 is the conversions' as well.
+template <bool Mul>
+__attribute__((target("avx512f,avx512bw,avx512fp16"))) inline int64_t arith_f16_avx512fp16(float16* dst,
+                                                                                        const float16* src, int64_t n) {
     int64_t k = 0;
     for (; k + 32 <= n; k += 32) {
         const __m512h a = _mm512_castsi512_ph(_mm512_loadu_si512(dst + k));
         const __m512h b = _mm512_castsi512_ph(_mm512_loadu_si512(src + k));
-        __m512h sum;
-        asm("vaddph %[a], %[b], %[sum]" : [sum] "=v"(sum) : [a] "v"(a), [b] "v"(b));  // b + a, b first
-        _mm512_storeu_si512(dst + k, _mm512_castph_si512(sum));
+        __m512h r;
+        if constexpr (Mul) asm("vmulph %[a], %[b], %[r]" : [r] "=v"(r) : [a] "v"(a), [b] "v"(b));  // b * a, b first
+        else asm("vaddph %[a], %[b], %[r]" : [r] "=v"(r) : [a] "v"(a), [b] "v"(b));  // b + a, b first
+        _mm512_storeu_si512(dst + k, _mm512_castph_si512(r));
     }
     return k;
 }
@@ -250,12 +258,12 @@ inline bool cpu_has_f16c() {
     return has;
 }
 
-// One float16 add or product by F16C's conversions (as add_f16_f16c, one element): exact
+// One float16 add or product by F16C's conversions (as arith_f16_f16c, one element): exact
 // widening, one float32 operation, round to nearest even. The module is built for baseline
 // x86-64, whose functions cannot inline one built for another target, so the instructions are
 // written out here; VEX.128 forms, which leave no upper state for the SSE code around them. Of
 // two NaNs x86 returns its first operand's, here b's (the update's), quieted, as the element loop
-// and the vector rows (add_f16_avx512) compiled from C++ give it; the compiler may order the
+// and the vector rows (arith_f16_avx512) compiled from C++ give it; the compiler may order the
 // operands either way there, and NaN payloads lie outside the bitwise promise.
 template <bool Mul> inline uint16_t f16c_arith(uint16_t a, uint16_t b) {
     uint32_t out;
@@ -306,8 +314,9 @@ __attribute__((target("avx2"))) inline __m256i round_to_bf16(__m256 c, __m256 a,
     return rounded;
 }
 
-// dst[k] = bf16(float(dst[k]) + float(src[k])) with AVX2: widening is placing the 16 bits in
-// the high half of a 32-bit lane, then one float32 add and the same rounding as float_to_bf16
+// dst[k] = bf16(float(dst[k]) + float(src[k])) (with Mul, the product) with AVX2: widening is
+// placing the 16 bits in the high half of a 32-bit lane, then one float32 add (product: the same
+// float32 product as Arith<bfloat16>::mul's, underflow included) and the same rounding as float_to_bf16
 // (round_to_bf16). Sixteen at a time: the two halves of each 128-bit lane are widened by
 // unpacking with zeros, which takes elements 0-3 and 8-11, then 4-7 and 12-15, an order that
 // packing the two results back undoes; the NaN rule is applied only to sixteen that hold a
@@ -317,7 +326,8 @@ __attribute__((target("avx2"))) inline __m256i round_to_bf16(__m256 c, __m256 a,
 // (a first version that let the vector add decide a NaN's sign was not, compiled alone: the
 // compiler had swapped the operands). In scatterx, mp_add_bf16 4.98 -> 4.61 ms, two threads,
 // and 6.54 -> 4.76 on one (medians of six alternating rounds, faster in 4 of 6 each).
-__attribute__((target("avx2"))) inline int64_t add_bf16_avx2(bfloat16* dst, const bfloat16* src, int64_t n) {
+template <bool Mul>
+__attribute__((target("avx2"))) inline int64_t arith_bf16_avx2(bfloat16* dst, const bfloat16* src, int64_t n) {
     const __m256i zero = _mm256_setzero_si256();
     int64_t k = 0;
     for (; k + 16 <= n; k += 16) {
@@ -327,7 +337,8 @@ __attribute__((target("avx2"))) inline int64_t add_bf16_avx2(bfloat16* dst, cons
         const __m256 blo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, b));
         const __m256 ahi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, a));
         const __m256 bhi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, b));
-        const __m256 lo = _mm256_add_ps(alo, blo), hi = _mm256_add_ps(ahi, bhi);
+        const __m256 lo = Mul ? _mm256_mul_ps(alo, blo) : _mm256_add_ps(alo, blo);
+        const __m256 hi = Mul ? _mm256_mul_ps(ahi, bhi) : _mm256_add_ps(ahi, bhi);
         const __m256 unordered = _mm256_or_ps(_mm256_cmp_ps(lo, lo, _CMP_UNORD_Q), _mm256_cmp_ps(hi, hi, _CMP_UNORD_Q));
         __m256i packed;
         if (__builtin_expect(_mm256_testz_ps(unordered, unordered), 1))
@@ -341,7 +352,7 @@ __attribute__((target("avx2"))) inline int64_t add_bf16_avx2(bfloat16* dst, cons
             _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dst + k))), 16));
         const __m256 b = _mm256_castsi256_ps(
             _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k))), 16));
-        const __m256i rounded = round_to_bf16(_mm256_add_ps(a, b), a, b, true);
+        const __m256i rounded = round_to_bf16(Mul ? _mm256_mul_ps(a, b) : _mm256_add_ps(a, b), a, b, true);
         // 32 -> 16 bits: packus works per 128-bit lane, so gather the two low quadwords.
         const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(rounded, rounded), 0x08);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + k), _mm256_castsi256_si128(packed));
@@ -362,14 +373,16 @@ __attribute__((target("avx512f"))) inline __m512i round_to_bf16_512(__m512 c, __
     }
     return rounded;
 }
-// add_bf16_avx2 at twice the width (AVX-512F and BW), thirty-two at a time: the same widening
+// arith_bf16_avx2 at twice the width (AVX-512F and BW), thirty-two at a time: the same widening
 // by unpacking with zeros within each 128-bit lane, the same rounding (round_to_bf16_512), the
-// same packing back; add_bf16_avx2 does what is left. A row of the message-passing case (64
+// same packing back; arith_bf16_avx2 does what is left. A row of the message-passing case (64
 // bfloat16) is two such vectors instead of four. Stop 61, the Intel virtual machine (family 6
 // model 167), one build with a switch, one process, two threads, eight rounds of medians of
 // nine calls, bits the same: mp_add_bf16 4.72 -> 4.38 ms and 4.66 -> 4.50 (faster in 8 of 8
 // rounds each); mp_add_f16, which does not use it, 3.76 / 3.77 beside it.
-__attribute__((target("avx512f,avx512bw"))) inline int64_t add_bf16_avx512(bfloat16* dst, const bfloat16* src, int64_t n) {
+template <bool Mul>
+__attribute__((target("avx512f,avx512bw"))) inline int64_t arith_bf16_avx512(bfloat16* dst, const bfloat16* src,
+                                                                             int64_t n) {
     const __m512i zero = _mm512_setzero_si512();
     int64_t k = 0;
     for (; k + 32 <= n; k += 32) {
@@ -378,7 +391,8 @@ __attribute__((target("avx512f,avx512bw"))) inline int64_t add_bf16_avx512(bfloa
         const __m512 blo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, b));
         const __m512 ahi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, a));
         const __m512 bhi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, b));
-        const __m512 lo = _mm512_add_ps(alo, blo), hi = _mm512_add_ps(ahi, bhi);
+        const __m512 lo = Mul ? _mm512_mul_ps(alo, blo) : _mm512_add_ps(alo, blo);
+        const __m512 hi = Mul ? _mm512_mul_ps(ahi, bhi) : _mm512_add_ps(ahi, bhi);
         const bool nan = (_mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q)) != 0;
         __m512i packed;
         if (__builtin_expect(!nan, 1))
@@ -398,23 +412,26 @@ inline bool cpu_has_avx2() {
     return has;
 }
 #ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
-// add_bf16_avx512 with the rounding of AVX512_BF16 (vcvtne2ps2bf16: to nearest even, one
+// arith_bf16_avx512 with the rounding of AVX512_BF16 (vcvtne2ps2bf16: to nearest even, one
 // instruction for thirty-two sums), thirty-two at a time: the even elements widened by a shift,
 // the odd ones by a mask, one float32 add each, the sums rounded together and put back in order by
 // one permutation. That instruction takes a subnormal float32 as zero and quiets a NaN keeping its
 // payload, so thirty-two whose sums hold either go through round_to_bf16_512 instead; a sum of
 // two bfloat16 is otherwise a normal float32 or zero, which it rounds as float_to_bf16 does (a
-// normal float32 never rounds to a subnormal bfloat16: their exponents are the same). Stop 77, the
+// normal float32 never rounds to a subnormal bfloat16: their exponents are the same). With Mul,
+// products: a float32 product of two bfloat16 is exact unless it underflows, to a subnormal (which
+// goes the other way) or a zero (which that instruction rounds as float_to_bf16 does). Stop 77, the
 // Intel virtual machine (family 6 model 167), one build with a switch (half_rows_on), one
-// process, two threads, rounds of medians of nine calls, bits the same, add_bf16_avx512 / this:
+// process, two threads, rounds of medians of nine calls, bits the same, arith_bf16_avx512 / this:
 // mp_add_bf16 4.63 / 4.33 ms (faster in 7 of 8 rounds), 4.85 / 4.58 and 4.93 / 4.60 (8 of 8
 // each); with the float16 rows' change beside it, 4.55 / 4.34 (7 of 8) and 4.50 / 4.21 (6 of 8).
 // Standalone, rows of 64 into 64 target rows (in L1), 200000 rows on one thread: 1.41-1.68 /
 // 1.28-1.46 ms (float16's rows 0.90, float32's 0.83). Against ml_dtypes on 33.6 M random pairs of
 // bit patterns through scatterx: none differed (NaNs where ml_dtypes has them).
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512bf16"))) inline int64_t add_bf16_avx512bf16(bfloat16* dst,
-                                                                                                const bfloat16* src,
-                                                                                                int64_t n) {
+template <bool Mul>
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512bf16"))) inline int64_t arith_bf16_avx512bf16(bfloat16* dst,
+                                                                                                  const bfloat16* src,
+                                                                                                  int64_t n) {
     // Element i of the result: the sum of even i from the low half of the rounded vector, odd i
     // from the high half.
     alignas(64) static constexpr uint16_t order[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
@@ -428,7 +445,8 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512bf16"))) inline int64_t a
         const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
         const __m512 ao = _mm512_castsi512_ps(_mm512_and_si512(a, high));
         const __m512 bo = _mm512_castsi512_ps(_mm512_and_si512(b, high));
-        const __m512 se = _mm512_add_ps(ae, be), so = _mm512_add_ps(ao, bo);
+        const __m512 se = Mul ? _mm512_mul_ps(ae, be) : _mm512_add_ps(ae, be);
+        const __m512 so = Mul ? _mm512_mul_ps(ao, bo) : _mm512_add_ps(ao, bo);
         const bool rare = (_mm512_fpclass_ps_mask(se, kNanOrSubnormal) | _mm512_fpclass_ps_mask(so, kNanOrSubnormal)) != 0;
         __m512i packed;
         if (__builtin_expect(!rare, 1))
@@ -450,10 +468,40 @@ inline bool cpu_has_avx512bf16() {
     return has;
 }
 #endif
-// Whether rows of float16 and bfloat16 adds take the CPU's 16-bit float instructions where it has
-// them (add_f16_avx512fp16, add_bf16_avx512bf16): the default; tests turn it off to reach the
-// conversions by float32 on the same CPU. A variable, as f16c_arith_on, since every row reads it.
+// Whether rows of float16 and bfloat16 adds and products take the CPU's 16-bit float instructions
+// where it has them (arith_f16_avx512fp16, arith_bf16_avx512bf16): the default; tests turn it off
+// to reach the conversions by float32 on the same CPU. A variable, as f16c_arith_on, since every
+// row reads it.
 inline bool half_rows_on = true;
+#ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
+// One float16 add or product by AVX512-FP16's scalar instructions (vaddsh, vmulsh), in float16
+// itself, where f16c_arith converts to float32 and back: three instructions fewer, the same bits
+// (the sum or product rounded once, as in arith_f16_avx512fp16). The update is the first operand,
+// whose NaN x86 gives of two, as in f16c_arith. Standalone, all 2^32 pairs of bit patterns, add
+// and product: none differed from f16c_arith's. Written out, as f16c_arith is, for the module
+// built for baseline x86-64; EVEX.128 forms, which leave no upper state.
+template <bool Mul> inline uint16_t fp16_arith(uint16_t a, uint16_t b) {
+    uint32_t out;
+    __m128 x, y;
+    if constexpr (Mul)
+        asm("vmovw %[a], %[x]\n\tvmovw %[b], %[y]\n\tvmulsh %[x], %[y], %[x]\n\tvmovw %[x], %[o]"
+            : [o] "=r"(out), [x] "=&x"(x), [y] "=&x"(y)
+            : [a] "r"(uint32_t(a)), [b] "r"(uint32_t(b)));
+    else
+        asm("vmovw %[a], %[x]\n\tvmovw %[b], %[y]\n\tvaddsh %[x], %[y], %[x]\n\tvmovw %[x], %[o]"
+            : [o] "=r"(out), [x] "=&x"(x), [y] "=&x"(y)
+            : [a] "r"(uint32_t(a)), [b] "r"(uint32_t(b)));
+    return uint16_t(out);
+}
+inline bool fp16_arith_supported() {
+    __builtin_cpu_init();  // this runs among the module's static initialisers
+    return cpu_has_avx512fp16();
+}
+// Whether float16 adds and products element by element go through fp16_arith (the default where
+// the CPU has AVX512-FP16; tests turn it off to reach f16c_arith and the C++ conversions), before
+// f16c_arith_on is asked: a variable, as that one.
+inline bool fp16_arith_on = fp16_arith_supported();
+#endif
 // dst[k] = dst[k] + src[k] (with Mul, dst[k] * src[k]) for float32 or float64, a vector of
 // sixteen or eight (AVX-512F) or eight or four (AVX2) at a time: one IEEE operation per element,
 // as Arith's, with dst the first operand as in the element loop (x86 returns the first operand's
@@ -536,12 +584,18 @@ __attribute__((target("avx2"))) inline int64_t narrow_bf16_avx2(bfloat16* dst, c
 template <> struct Arith<float16> : Arith16<float16, half_to_float, float_to_half, 0x7c00, true> {
     using Base = Arith16<float16, half_to_float, float_to_half, 0x7c00, true>;
     static float16 add(float16 a, float16 b) {
+#ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
+        if (fp16_arith_on) return float16{fp16_arith<false>(a.bits, b.bits)};
+#endif
 #ifdef SCATTERX_HAVE_F16C_PATH
         if (f16c_arith_on) return float16{f16c_arith<false>(a.bits, b.bits)};
 #endif
         return Base::add(a, b);
     }
     static float16 mul(float16 a, float16 b) {
+#ifdef SCATTERX_HAVE_HALF_INSTRUCTIONS
+        if (fp16_arith_on) return float16{fp16_arith<true>(a.bits, b.bits)};
+#endif
 #ifdef SCATTERX_HAVE_F16C_PATH
         if (f16c_arith_on) return float16{f16c_arith<true>(a.bits, b.bits)};
 #endif
