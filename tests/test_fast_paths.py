@@ -206,6 +206,30 @@ def _half_bits(rng, dtype, kind, shape):
     return bits.astype(np.uint16)
 
 
+def _rows_both_ways(data, updates, rows, reduction):
+    """Applies `updates` to the target rows `rows` of `data` (a stride-0 index along axis 0) with
+    the CPU's 16-bit float instructions off and on (`set_half_rows`); checks that both give
+    NumPy's (ml_dtypes') sequential result bit for bit where it is not a NaN, NaN where it is a
+    NaN, and the same bits as each other. Returns that result and whether each element is NaN."""
+    index = np.broadcast_to(rows[:, None], updates.shape)
+    want = _sequential_axis0(data, index, updates, reduction)
+    before = _core.set_half_rows(True)
+    got = {}
+    try:
+        for way in (False, True):
+            _core.set_half_rows(way)
+            with np.errstate(all="ignore"):
+                got[way] = sx.scatter_elements(data, index, updates, 0, reduction)
+    finally:
+        _core.set_half_rows(before)
+    nan = np.isnan(want.astype(np.float32))
+    for way in (False, True):
+        np.testing.assert_array_equal(np.isnan(got[way].astype(np.float32)), nan)
+        np.testing.assert_array_equal(got[way].view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    np.testing.assert_array_equal(got[True].view(np.uint16), got[False].view(np.uint16))
+    return want, nan
+
+
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("kind", ["normal", "tiny", "mixed"])
 def test_16bit_row_adds_by_the_cpus_instructions(dtype, kind):
@@ -223,23 +247,7 @@ def test_16bit_row_adds_by_the_cpus_instructions(dtype, kind):
     targets = 2000 if kind == "tiny" else 16  # tiny sums stay tiny over few adds
     data = _half_bits(rng, dtype, kind, (targets, 96)).view(dtype)
     updates = _half_bits(rng, dtype, kind, (4000, 96)).view(dtype)
-    rows = rng.integers(0, targets, 4000)
-    index = np.broadcast_to(rows[:, None], updates.shape)
-    want = _sequential_axis0(data, index, updates, "add")
-    before = _core.set_half_rows(True)
-    got = {}
-    try:
-        for way in (False, True):
-            _core.set_half_rows(way)
-            with np.errstate(all="ignore"):
-                got[way] = sx.scatter_elements(data, index, updates, 0, "add")
-    finally:
-        _core.set_half_rows(before)
-    nan = np.isnan(want.astype(np.float32))
-    for way in (False, True):
-        np.testing.assert_array_equal(np.isnan(got[way].astype(np.float32)), nan)
-        np.testing.assert_array_equal(got[way].view(np.uint16)[~nan], want.view(np.uint16)[~nan])
-    np.testing.assert_array_equal(got[True].view(np.uint16), got[False].view(np.uint16))
+    want, nan = _rows_both_ways(data, updates, rng.integers(0, targets, 4000), "add")
     exponent_mask = HALF_LAYOUT[dtype][0]
     if kind == "tiny":
         assert ((want.view(np.uint16) & exponent_mask) == 0).mean() > 0.2  # subnormal results are common
@@ -284,22 +292,7 @@ def test_16bit_row_products_by_the_cpus_instructions(dtype, kind):
     data = _half_factor_bits(rng, dtype, kind, (targets, 96)).view(dtype)
     updates = _half_factor_bits(rng, dtype, kind, (4000, 96)).view(dtype)
     rows = rng.integers(0, targets, 4000)
-    index = np.broadcast_to(rows[:, None], updates.shape)
-    want = _sequential_axis0(data, index, updates, "mul")
-    before = _core.set_half_rows(True)
-    got = {}
-    try:
-        for way in (False, True):
-            _core.set_half_rows(way)
-            with np.errstate(all="ignore"):
-                got[way] = sx.scatter_elements(data, index, updates, 0, "mul")
-    finally:
-        _core.set_half_rows(before)
-    nan = np.isnan(want.astype(np.float32))
-    for way in (False, True):
-        np.testing.assert_array_equal(np.isnan(got[way].astype(np.float32)), nan)
-        np.testing.assert_array_equal(got[way].view(np.uint16)[~nan], want.view(np.uint16)[~nan])
-    np.testing.assert_array_equal(got[True].view(np.uint16), got[False].view(np.uint16))
+    want, nan = _rows_both_ways(data, updates, rows, "mul")
     bits = want.view(np.uint16)
     subnormal = ((bits & HALF_LAYOUT[dtype][0]) == 0) & ((bits & 0x7FFF) != 0)
     if kind == "near_one":
