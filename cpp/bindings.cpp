@@ -278,6 +278,19 @@ void ordered_adds_loop(nb::handle table_h, nb::handle positions_h, nb::handle va
                           : go(std::type_identity<double>{}, std::type_identity<int64_t>{});
 }
 
+// The streams' walk of `scatterx bench` (probe.h, read_streams_whole): a 1-D contiguous index
+// and updates of as many elements, any types; each of the pool's threads (two at most) reads both
+// whole. Returns the sum of the bytes read.
+uint64_t read_streams(nb::handle indices_h, nb::handle updates_h) {
+    View idx = view(indices_h, "indices"), upd = view(updates_h, "updates");
+    if (!dense_1d(idx) || !dense_1d(upd) || idx.shape[0] != upd.shape[0])
+        throw std::invalid_argument(
+            "scatterx._core.read_streams: a contiguous 1-D index and contiguous 1-D updates of as many elements");
+    nb::gil_scoped_release release;
+    return read_streams_whole(static_cast<const char*>(idx.data), idx.itemsize, static_cast<const char*>(upd.data),
+                              upd.itemsize, idx.shape[0]);
+}
+
 int64_t scatter(nb::handle data_h, nb::handle indices_h, nb::handle updates_h, nb::handle out_h,
                 int axis, int reduction, int type_code, bool copy, bool precheck) {
     View data = view(data_h, "data"), idx = view(indices_h, "indices");
@@ -776,6 +789,7 @@ NB_MODULE(_core, m) {
           nb::arg("stream_written") = false, nb::arg("then_write").none() = nb::none(),
           nb::arg("then_stream_written") = false, nb::arg("block") = 0, nb::arg("checked") = 0,
           nb::arg("fibers") = 0);
+    m.def("read_streams", &read_streams, nb::arg("indices"), nb::arg("updates"));
     m.def("ordered_adds", &ordered_adds_loop, nb::arg("table"), nb::arg("positions"), nb::arg("values"),
           nb::arg("count"));
     m.def("gather", &gather, nb::arg("data"), nb::arg("indices"), nb::arg("out"), nb::arg("axis"),

@@ -216,7 +216,7 @@ def test_the_floor_and_the_loop_are_sampled_in_turn_with_scatterx(monkeypatch):
     from scatterx import _core
 
     calls = []
-    sleep_ms = {0: 5, 8: 3, 32: 2, 128: 4, "loop": 1}
+    sleep_ms = {0: 5, 8: 3, 32: 2, 128: 4, "loop": 1, "reads": 6}
 
     def touch(table, positions, span, write, ahead, stream, split, stream_written, *then):
         calls.append(ahead)
@@ -226,6 +226,11 @@ def test_the_floor_and_the_loop_are_sampled_in_turn_with_scatterx(monkeypatch):
     def ordered_adds(table, positions, values, count):
         calls.append("loop")
         time.sleep(sleep_ms["loop"] / 1e3)
+
+    def read_streams(indices, updates):
+        calls.append("reads")
+        time.sleep(sleep_ms["reads"] / 1e3)
+        return 0
 
     def prepare(case, inputs, threads):
         base = SCATTERX.prepare(case, inputs, threads)
@@ -239,22 +244,23 @@ def test_the_floor_and_the_loop_are_sampled_in_turn_with_scatterx(monkeypatch):
 
     monkeypatch.setattr(_core, "touch", touch)
     monkeypatch.setattr(_core, "ordered_adds", ordered_adds)
+    monkeypatch.setattr(_core, "read_streams", read_streams)
     case = next(c for c in CASES if c.name == "hist_add")
     settings = _bench.Settings(quick=True, threads=1, repeat=5, min_time=0.001, rounds=3)
     result = _bench.run_case(case, [Impl("scatterx", prepare)], settings, bandwidth=1e9)
-    turn = ["scatterx", 0, 8, 32, 128, "loop"]
+    turn = ["scatterx", 0, 8, 32, 128, "loop", "reads"]
     # The check; the first window settles the yardsticks' calls per sample (scatterx's check
     # did that for it) and takes 2 samples; each later window an untimed call of each, then 2
     # and 1 samples.
     assert calls == ["scatterx"] + turn[1:] + turn * 2 + turn * 3 + turn * 2
     assert result.floor_way == "1 thread, ranges, 32 ahead" and 2 <= result.floor_ms < 3
-    assert result.shared_floor_ms is None and 1 <= result.loop_ms < 2
+    assert result.shared_floor_ms is None and 1 <= result.loop_ms < 2 and 6 <= result.reads_ms < 7
     # Without scatterx (here: it fails), the yardsticks are timed alone.
     calls.clear()
     broken = Impl("scatterx", lambda case, inputs, threads: Prepared(lambda: 1 / 0, lambda r: (r,)))
     alone = _bench.run_case(case, [broken], settings, bandwidth=1e9)
     assert alone.impls["scatterx"].status == "error" and "scatterx" not in calls
-    assert alone.floor_way == "1 thread, ranges, 32 ahead" and 1 <= alone.loop_ms < 2
+    assert alone.floor_way == "1 thread, ranges, 32 ahead" and 1 <= alone.loop_ms < 2 and 6 <= alone.reads_ms < 7
 
 
 def test_the_cli_exits_nonzero_on_a_mismatch(monkeypatch, capsys):
@@ -924,6 +930,81 @@ def test_the_ordered_loop_is_measured_for_ordered_fibers_of_adds_only():
         c = next(x for x in CASES if x.name == name)
         x = build_inputs(c, quick=True)
         assert _bench.ordered_loop(c, x, touches(c, x), SETTINGS) is None
+
+
+def _line_bytes(a: np.ndarray) -> int:
+    """The sum of the first byte of `a`'s data and of every byte of it that starts a 64-byte line."""
+    raw = a.view(np.uint8).reshape(-1)
+    first = -a.ctypes.data % 64  # the offset of the first line boundary within the data
+    return int(raw[0]) + int(raw[first or 64 :: 64].sum()) if raw.size else 0
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("kinds", [(np.int64, np.float64), (np.int32, np.float64), (np.int64, np.float16)])
+def test_the_streams_walk_reads_a_byte_of_every_line_on_each_thread(threads, kinds):
+    # Each of the pool's threads, two at most (as many as split a fiber's bins), reads a byte of
+    # every line of both streams and nothing beyond them: the sum it returns counts each line's
+    # byte once per thread. Random bytes, so a line missed or read twice changes the sum; sizes
+    # that end within a block, off the start of a line (a slice one element in).
+    import scatterx as sx
+    from scatterx import _core
+
+    rng = np.random.default_rng(21)
+    before = sx.get_num_threads()
+    try:
+        sx.set_num_threads(threads)
+        for n in (0, 1, 100, 128, 129, 5000, 70_001):
+            index = rng.integers(0, 256, (n + 1) * np.dtype(kinds[0]).itemsize, np.uint8).view(kinds[0])[1:]
+            updates = rng.integers(0, 256, (n + 1) * np.dtype(kinds[1]).itemsize, np.uint8).view(kinds[1])[1:]
+            want = (_line_bytes(index) + _line_bytes(updates)) * (min(threads, 2) if n else 1)
+            assert _core.read_streams(index, updates) == want
+    finally:
+        sx.set_num_threads(before)
+
+
+def test_the_streams_walk_refuses_what_it_cannot_run():
+    from scatterx import _core
+
+    index, updates = np.arange(8, dtype=np.int64), np.ones(8)
+    for args in [(index[:7], updates), (index[::2], updates[::2]), (index.reshape(2, 4), updates.reshape(2, 4)),
+                 (index, updates[::-1])]:
+        with pytest.raises(ValueError, match="read_streams"):
+            _core.read_streams(*args)
+    with pytest.raises(TypeError, match="must be a numpy array"):
+        _core.read_streams(list(index), updates)
+
+
+def test_the_streams_walk_is_measured_for_one_ordered_fiber_only():
+    for name in ("hist_add", "hist_add_i32"):
+        c = next(x for x in CASES if x.name == name)
+        x = build_inputs(c, quick=True)
+        run = _bench.streams_run(c, x, touches(c, x))
+        assert run is not None and run() > 0
+    for name in ("mp_add", "max0", "gather_hist", "mid_mul", "tiny_3x3", "vjp_gather"):
+        c = next(x for x in CASES if x.name == name)
+        x = build_inputs(c, quick=True)
+        assert _bench.streams_run(c, x, touches(c, x)) is None
+
+
+def test_the_streams_walk_is_shown_beside_a_case_beyond_the_line_without_a_verdict():
+    def result(name, ours, floor, loop, reads):
+        r = _bench.CaseResult(name, "", 0, 1.0, {"scatterx": _bench.ImplResult("ok", ms=ours)}, floor, loop)
+        r.reads_ms = reads
+        return r
+
+    missed = result("missed", 1.7, 1.9, 1.4, 1.45)   # reachable (its loop within), beyond
+    unknown = result("unknown", 1.8, 1.9, 1.9, 1.6)  # its probes slower than scatterx
+    within = result("within", 1.3, 1.9, 1.4, 1.2)
+    # The walk is no floor of every kernel: it moves no verdict, even beyond 1.5x the bound.
+    assert missed.bound_reachable and unknown.bound_reachable and within.bound_reachable
+    assert unknown.probe_beaten() == 1.9 and missed.probe_beaten() is None
+    figures = {g: fig for g, _, fig in _bench.targets([missed, unknown, within], [], [])}
+    line = figures["large cases within 1.5x of the streaming bound (where reachable)"]
+    assert "1 of 3 reachable within" in line
+    assert "beyond: missed 1.70x (each thread reading both streams whole: 1.45x bound)" in line
+    assert "unknown 1.80x (probe 1.90x) (each thread reading both streams whole: 1.60x bound)" in line
+    assert "within" not in line.split("reachable within", 1)[1]
+    assert missed.reads_ratio == pytest.approx(1.7 / 1.45)
 
 
 def test_an_ordered_loop_beyond_the_bound_puts_a_case_out_of_reach():

@@ -11,9 +11,10 @@ bound of the case, the time to move the bytes the operation must read and write 
 ``_bench_cases.moved_bytes``). It probes the random-access floor of every case: how fast the
 machine touches the case's own random targets, reading the values that move with them, and
 nothing else (`probe_ways`), and, for one fiber whose adds must keep their order, how fast one
-thread runs that loop of adds alone (`ordered_loop_run`), both sampled between scatterx's samples
-as the copy is. It also shows the peak memory of a scatterx call beyond its output, and the
-time that ``out=data`` saves. See docs/performance.md.
+thread runs that loop of adds alone (`ordered_loop_run`) and how fast each of scatterx's threads
+reads both of its streams whole (`streams_run`), all sampled between scatterx's samples as the
+copy is. It also shows the peak memory of a scatterx call beyond its output, and the time that
+``out=data`` saves. See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ class CaseResult:
     impls: dict[str, ImplResult]
     floor_ms: float | None = None  # the probe: the case's memory accesses alone (see `probe_floor`)
     loop_ms: float | None = None  # one ordered fiber: its loop of adds alone (see `ordered_loop`)
+    # One ordered fiber: both its streams read whole by each of scatterx's threads (two at most),
+    # alone (see `streams_run`): the least each thread of a split of the bins reads.
+    reads_ms: float | None = None
     # The probe's fastest way in which several threads each apply a share of the targets (no
     # thread walks them all): what a kernel that does not keep a fiber on one thread can reach.
     shared_floor_ms: float | None = None
@@ -122,6 +126,16 @@ class CaseResult:
     @property
     def loop_ratio(self) -> float | None:
         return self.ours / self.loop_ms if self.ours and self.loop_ms else None
+
+    @property
+    def reads_ratio(self) -> float | None:
+        return self.ours / self.reads_ms if self.ours and self.reads_ms else None
+
+    def reads_note(self) -> str:
+        """" (each thread reading both streams whole: R x bound)" where the run measured it."""
+        if not self.reads_ms or not self.bound_ms:
+            return ""
+        return f" (each thread reading both streams whole: {_fmt(self.reads_ms / self.bound_ms)}x bound)"
 
     def held_by(self, floor_ms: float | None) -> bool:
         """Whether a measured floor keeps this case beyond 1.5x its bound: the floor alone
@@ -536,6 +550,29 @@ def ordered_loop_run(case: Case, inputs, t: Touches | None) -> Callable[[], obje
     return lambda: _core.ordered_adds(table, positions, values, count)
 
 
+def streams_run(case: Case, inputs, t: Touches | None) -> Callable[[], object] | None:
+    """A callable in which each of scatterx's threads (two at most, as many as split a fiber's
+    bins) reads the index and the updates of a case of one ordered fiber (a 1-D histogram) whole,
+    alone (``_core.read_streams``; probe.h, read_streams_whole), as scatterx's split by targets
+    walks them; None for other cases.
+
+    A kernel that splits the bins between threads has each of them read every index, to find its
+    own, and every line of the updates, on which its own lie; one that keeps the fiber on one
+    thread reads both streams there. Either reads what this walk reads, and lists and adds on top
+    of it. It is a measurement, not a proof (a kernel may read the same lines faster), and a kernel
+    whose threads handed each other what they read would read each stream once, so no verdict
+    rests on it: the run shows it beside the cases beyond the line (`CaseResult.reads_note`).
+    """
+    from . import _core
+
+    item = inputs.data.dtype.itemsize
+    if t is None or not t.ordered or t.span != item or inputs.data.ndim != 1:
+        return None
+    index = np.ascontiguousarray(inputs.expanded_indices()).reshape(-1)
+    updates = np.ascontiguousarray(inputs.updates).reshape(-1)
+    return lambda: _core.read_streams(index, updates)
+
+
 def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier | None = None,
              bandwidth: float | None = None) -> CaseResult:
     """Checks and times every implementation on `case` (scatterx first: it is the reference).
@@ -566,7 +603,10 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
     loop = ordered_loop_run(case, inputs, accesses)
     if loop is not None:
         yardsticks["loop"] = loop
-    del accesses, loop
+    reads = streams_run(case, inputs, accesses)
+    if reads is not None:
+        yardsticks["reads"] = reads
+    del accesses, loop, reads
     yardstick_ms: dict = {}
     sizes = window_sizes(settings.repeat, settings.rounds)
     samplers: dict[str, Sampler] = {}  # by implementation, in the order of `impls`
@@ -640,6 +680,7 @@ def run_case(case: Case, impls: list[Impl], settings: Settings, copier: Copier |
     result.floor_way = floor.way.describe() if floor.way else None
     result.shared_floor_way = floor.shared_way.describe() if floor.shared_way else None
     result.loop_ms = yardstick_ms.get("loop")
+    result.reads_ms = yardstick_ms.get("reads")
     ours = result.impls.get("scatterx")
     if ours is not None and ours.status == "ok" and result.peer_best() is None:
         ours.note = "unchecked: no peer ran this case"
@@ -878,8 +919,8 @@ def targets(results: list[CaseResult], cases: list[Case], memory: list[dict]) ->
     if bounded:
         reachable = [r for r in bounded if r.bound_reachable]
         far = [(r, r.probe_beaten()) for r in reachable if r.bound_ratio > 1.5]
-        missed = [f"{r.name} {_fmt(r.bound_ratio)}x" for r, probe in far if probe is None]
-        unknown = [f"{r.name} {_fmt(r.bound_ratio)}x (probe {_fmt(probe / r.bound_ms)}x)"
+        missed = [f"{r.name} {_fmt(r.bound_ratio)}x{r.reads_note()}" for r, probe in far if probe is None]
+        unknown = [f"{r.name} {_fmt(r.bound_ratio)}x (probe {_fmt(probe / r.bound_ms)}x){r.reads_note()}"
                    for r, probe in far if probe is not None]
         beyond_reach = [
             f"{r.name} (ordered loop {_fmt(r.loop_ms / r.bound_ms)}x bound; ours {_fmt(r.loop_ratio)}x loop)"
@@ -1116,6 +1157,7 @@ def run(args: argparse.Namespace) -> int:
         tail += f", {_fmt(r.bound_ratio)}x bound" if r.bound_ratio else ""
         tail += f", {_fmt(r.floor_ratio)}x floor ({r.floor_way})" if r.floor_ratio else ""
         tail += f", {_fmt(r.loop_ratio)}x ordered loop" if r.loop_ratio else ""
+        tail += f", {_fmt(r.reads_ratio)}x streams read whole" if r.reads_ratio else ""
         tail += f", host stole {100 * r.steal:.1f}% of the CPUs" if r.steal is not None else ""
         _progress("        " + " | ".join(parts) + tail + f" ({time.perf_counter() - case_start:.1f} s)")
 
@@ -1182,7 +1224,8 @@ def run(args: argparse.Namespace) -> int:
             "copy_bandwidth_measurements": [bandwidth_start, bandwidth_end],
             "cases": [
                 {**{k: v for k, v in asdict(r).items()}, "speedup": r.speedup, "bound_ratio": r.bound_ratio,
-                 "floor_ratio": r.floor_ratio, "loop_ratio": r.loop_ratio, "bound_reachable": r.bound_reachable,
+                 "floor_ratio": r.floor_ratio, "loop_ratio": r.loop_ratio, "reads_ratio": r.reads_ratio,
+                 "bound_reachable": r.bound_reachable,
                  "best_peer": r.peer_best()[0] if r.peer_best() else None}
                 for r in results
             ],

@@ -857,4 +857,41 @@ void ordered_adds(T* table, const P* positions, const T* values, int64_t stretch
     }
 }
 
+// Both streams of one fiber read whole by each of the pool's threads (kSplitFiberParts at most),
+// alone: the index (n elements of isize bytes at iv) and the updates (n of usize bytes at uv), a
+// byte of every line, in blocks of kOwnListBlock elements, each block's lines asked for
+// kFiberStreamAhead elements ahead, as scatter_fiber_by_targets walks them. A split of a 1-D
+// histogram's bins between threads has each thread read every index (to find its own) and every
+// line of the updates (its own lie on all of them), as this walk does (on one thread: as a kernel
+// that keeps the fiber on one thread reads them); the listing and the adds come on top. A
+// measurement of the machine, as the touch probe is, of what those kernels read only: one whose
+// threads handed each other what they read would read each stream once. Returns the sum of the
+// bytes read (so that no read is left out).
+inline uint64_t read_streams_whole(const char* iv, int64_t isize, const char* uv, int64_t usize, int64_t n) {
+    std::atomic<uint64_t> total{0};
+    ThreadPool::instance().run(kSplitFiberParts, [&](int, int) {
+        uint64_t sum = 0;
+        // A byte of each line of the stream at `base` that starts within its bytes [from, to), and
+        // its first byte where `from` is 0: each line once, wherever the stream starts.
+        auto lines = [&sum](const char* base, int64_t from, int64_t to) {
+            uintptr_t a = reinterpret_cast<uintptr_t>(base) + uintptr_t(from);
+            if (from > 0) a = (a + 63) & ~uintptr_t(63);
+            const uintptr_t end = reinterpret_cast<uintptr_t>(base) + uintptr_t(to);
+            for (; a < end; a = (a | 63) + 1) sum += *reinterpret_cast<const unsigned char*>(a);
+        };
+        for (int64_t b0 = 0; b0 < n; b0 += kOwnListBlock) {
+            const int64_t b1 = std::min(n, b0 + kOwnListBlock);
+            const int64_t a0 = b0 + kFiberStreamAhead, a1 = std::min(n, b1 + kFiberStreamAhead);
+            if (a0 < a1) {
+                prefetch_lines(iv + a0 * isize, (a1 - a0) * isize);
+                prefetch_lines(uv + a0 * usize, (a1 - a0) * usize);
+            }
+            lines(iv, b0 * isize, b1 * isize);
+            lines(uv, b0 * usize, b1 * usize);
+        }
+        total.fetch_add(sum, std::memory_order_relaxed);
+    });
+    return total.load();
+}
+
 }  // namespace scatterx
