@@ -895,6 +895,18 @@ inline constexpr int64_t kProgressStep = 8192;              // elements between 
 // rows_none 1.06 / 1.05 (6 of 8). The distance is Zen 5's; others were not tried there.
 inline constexpr int64_t kFiberStreamAhead = 256;
 inline constexpr int64_t kFiberStreamBlock = 64;
+// Asks for the index and update streams of a fiber of na elements (isize and usize bytes each,
+// at ip and up) kFiberStreamAhead elements ahead of the block [b0, b1): the lines of
+// [b0 + kFiberStreamAhead, b1 + kFiberStreamAhead), clipped to the fiber. The one-fiber scatter,
+// its split by targets and the bench's walk of the streams (probe.h, read_streams_whole) ask so.
+[[gnu::always_inline]] inline void ask_fiber_streams_ahead(const char* ip, int64_t isize, const char* up,
+                                                          int64_t usize, int64_t b0, int64_t b1, int64_t na) {
+    const int64_t a0 = b0 + kFiberStreamAhead, a1 = std::min(na, b1 + kFiberStreamAhead);
+    if (a0 < a1) {
+        prefetch_lines(ip + a0 * isize, (a1 - a0) * isize);
+        prefetch_lines(up + a0 * usize, (a1 - a0) * usize);
+    }
+}
 // The setting in force (tests set it to reach both ways on any machine).
 inline bool& fiber_streams_ahead() {
     static bool ahead = amd_cpu_family() >= 26 || cpu_is_intel();
@@ -1269,11 +1281,8 @@ bool scatter_fiber_by_targets(int parts, T* ov, const I* iv, const T* uv, int64_
         bool local_bad = false;
         for (int64_t b0 = 0; b0 < na; b0 += kOwnListBlock) {
             const int64_t b1 = std::min(na, b0 + kOwnListBlock);
-            const int64_t a0 = b0 + kFiberStreamAhead, a1 = std::min(na, b1 + kFiberStreamAhead);
-            if (a0 < a1) {
-                prefetch_lines(reinterpret_cast<const char*>(iv + a0), (a1 - a0) * int64_t(sizeof(I)));
-                prefetch_lines(reinterpret_cast<const char*>(uv + a0), (a1 - a0) * int64_t(sizeof(T)));
-            }
+            ask_fiber_streams_ahead(reinterpret_cast<const char*>(iv), sizeof(I), reinterpret_cast<const char*>(uv),
+                                    sizeof(T), b0, b1, na);
             if (by16) {
                 if constexpr (sizeof(I) == 4) {
                     alignas(64) int32_t t16[kOwnListBlock + 16];
@@ -1484,11 +1493,8 @@ template <class T, class I, Reduction R> struct ScatterBlock {
                     // The streams asked for ahead (kFiberStreamAhead), a block at a time.
                     for (int64_t b0 = c0; b0 < c1; b0 += kFiberStreamBlock) {
                         const int64_t b1 = std::min(c1, b0 + kFiberStreamBlock);
-                        const int64_t a0 = b0 + kFiberStreamAhead, a1 = std::min(na, b1 + kFiberStreamAhead);
-                        if (a0 < a1) {
-                            prefetch_lines(reinterpret_cast<const char*>(iv + a0), (a1 - a0) * int64_t(sizeof(I)));
-                            prefetch_lines(reinterpret_cast<const char*>(uv + a0), (a1 - a0) * int64_t(sizeof(T)));
-                        }
+                        ask_fiber_streams_ahead(reinterpret_cast<const char*>(iv), sizeof(I),
+                                                reinterpret_cast<const char*>(uv), sizeof(T), b0, b1, na);
                         apply_fiber_block<T, I, R>(ov, iv + b0, uv + b0, b1 - b0, size, *bad);
                     }
                 } else {
@@ -1502,11 +1508,9 @@ template <class T, class I, Reduction R> struct ScatterBlock {
                     // in runs, 4e6 took 26.5; with runs chosen by three pairs of four, the max 29.6.
                     for (int64_t b0 = c0; b0 < c1; b0 += kFiberStreamBlock) {
                         const int64_t b1 = std::min(c1, b0 + kFiberStreamBlock);
-                        const int64_t a0 = b0 + kFiberStreamAhead, a1 = std::min(na, b1 + kFiberStreamAhead);
-                        if (ahead && a0 < a1) {
-                            prefetch_lines(reinterpret_cast<const char*>(iv + a0), (a1 - a0) * int64_t(sizeof(I)));
-                            prefetch_lines(reinterpret_cast<const char*>(uv + a0), (a1 - a0) * int64_t(sizeof(T)));
-                        }
+                        if (ahead)
+                            ask_fiber_streams_ahead(reinterpret_cast<const char*>(iv), sizeof(I),
+                                                    reinterpret_cast<const char*>(uv), sizeof(T), b0, b1, na);
                         if (in_runs<I>(iv + b0, b1 - b0)) {
                             apply_runs<T, I, R>(ov, iv + b0, uv + b0, b1 - b0, size, *bad);
                             continue;

@@ -881,11 +881,7 @@ inline uint64_t read_streams_whole(const char* iv, int64_t isize, const char* uv
         };
         for (int64_t b0 = 0; b0 < n; b0 += kOwnListBlock) {
             const int64_t b1 = std::min(n, b0 + kOwnListBlock);
-            const int64_t a0 = b0 + kFiberStreamAhead, a1 = std::min(n, b1 + kFiberStreamAhead);
-            if (a0 < a1) {
-                prefetch_lines(iv + a0 * isize, (a1 - a0) * isize);
-                prefetch_lines(uv + a0 * usize, (a1 - a0) * usize);
-            }
+            ask_fiber_streams_ahead(iv, isize, uv, usize, b0, b1, n);
             lines(iv, b0 * isize, b1 * isize);
             lines(uv, b0 * usize, b1 * usize);
         }
