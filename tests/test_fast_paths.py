@@ -618,9 +618,10 @@ def test_one_long_fiber_split_by_targets(threads, reduction, width):
 ])
 def test_one_long_fiber_split_eight_byte_updates(dtype, reductions, width):
     """Updates of eight bytes other than float64 through the split by targets (forced on, two
-    threads), whose AVX-512 listing carries each listed update's bytes beside its target rather
-    than its element number: int64 (products wrapping), uint64 and complex64, int64 and int32
-    indices, negative ones among them. The result is NumPy's one-at-a-time loop's bit for bit,
+    threads), whose AVX-512 listing carries each listed update's bytes beside its target where it
+    lists eight at a time (an int64 index) and its element number where sixteen (an int32 index):
+    int64 (products wrapping), uint64 and complex64, int64 and int32 indices, negative ones among
+    them. The result is NumPy's one-at-a-time loop's bit for bit,
     with each listing the CPU has (`set_list_width`)."""
     rng = np.random.default_rng(15)
     # Longer than the 2**20 elements below which a fiber keeps one thread (kReadAheadMin); the

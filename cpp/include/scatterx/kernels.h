@@ -1020,6 +1020,14 @@ inline void read_ahead(const char* ip, int64_t isize, const char* up, int64_t us
 // each); float64 adds no slower (9.19 / 9.28, 2 of 8; 8.99 / 8.66, 8 of 8; hist_add_i32 8.64 /
 // 8.67, 4 of 8). An int64 index listed so (two vectors of eight cut to one of sixteen int32) was
 // slower: hist_add 10.97 / 11.57 ms (0 of 8), float32 adds 9.00 / 9.33 (2 of 6); it keeps eight.
+// Sixteen at a time, updates of 8 bytes are not listed themselves but by their element numbers
+// (one compress for sixteen, not two for eight each, and no load of the updates in the listing;
+// the adds read them from the block's lines, asked for ahead). Stop 80, the same machine, one
+// build with a switch, one process, two threads, 1e7 updates with an int32 index into 1e5 bins,
+// rounds of medians of nine calls, bits the same, updates / numbers: hist_add_i32 8.78 / 8.42 ms
+// (faster in 8 of 8 rounds), 8.64 / 8.32 (10 of 12), after a copy of 256 MiB 9.22 / 9.20 (6 of 8)
+// and 8.67 / 8.69 (6 of 12); float64 max 9.53 / 8.98 (8 of 8), int64 adds 8.06 / 7.56 (6 of 8),
+// float64 adds into 1e6 bins 16.51 / 15.67 (7 of 8).
 inline constexpr int64_t kOwnListBlock = 128;
 inline constexpr int64_t kSplitFiberBytes = int64_t(64) << 10;
 inline constexpr int64_t kSplitSample = 4096;
@@ -1094,8 +1102,8 @@ __attribute__((target("avx512f"))) inline int64_t list_own_avx512(const I* iv, c
 
 // list_own_targets for an int32 index into at most INT32_MAX targets, sixteen indices at a time,
 // the targets listed as int32 (one compress for sixteen, none widened to 64 bits). Beside them,
-// by S: an update of 8 bytes (uint64_t, two compresses of eight), of 4 bytes (uint32_t, one
-// compress of sixteen), or else (int32_t) the element's number within the block. Returns how many
+// by S: an update of 4 bytes (uint32_t, one compress of sixteen), or else (int32_t) the element's
+// number within the block (updates of 8 bytes as well: see kOwnListBlock). Returns how many
 // indices it did, `m` the elements listed; the lists need sixteen entries of room beyond the block.
 template <class S>
 __attribute__((target("avx512f"))) inline int64_t list_own16_avx512(const int32_t* iv, const S* uv, int64_t n,
@@ -1112,12 +1120,7 @@ __attribute__((target("avx512f"))) inline int64_t list_own16_avx512(const int32_
         outside |= _mm512_cmpge_epu32_mask(r, vsize);
         const __mmask16 own = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(r, vlo), width);
         _mm512_storeu_si512(tgt + k, _mm512_maskz_compress_epi32(own, r));
-        if constexpr (sizeof(S) == 8) {
-            const __mmask8 low = __mmask8(own), high = __mmask8(own >> 8);
-            _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi64(low, _mm512_loadu_si512(uv + j)));
-            _mm512_storeu_si512(second + k + __builtin_popcount(unsigned(low)),
-                                _mm512_maskz_compress_epi64(high, _mm512_loadu_si512(uv + j + 8)));
-        } else if constexpr (std::is_same_v<S, uint32_t>) {
+        if constexpr (std::is_same_v<S, uint32_t>) {
             _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi32(own, _mm512_loadu_si512(uv + j)));
         } else {
             _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi32(own, at));
@@ -1260,12 +1263,13 @@ bool scatter_fiber_by_targets(int parts, T* ov, const I* iv, const T* uv, int64_
                               int64_t sstr) {
     constexpr int64_t N = sizeof(T);
     // Updates of 8 bytes are listed themselves beside their targets where the listing is AVX-512's
-    // (see kOwnListBlock).
+    // and eight at a time (see kOwnListBlock).
     const bool values = N == 8 && list_width() == 512;
     // An int32 index into at most INT32_MAX targets is listed sixteen at a time where the listing
-    // is AVX-512's, its targets as int32 (see kOwnListBlock).
+    // is AVX-512's, its targets as int32, beside them an update of 4 bytes or else the element's
+    // number (see kOwnListBlock).
     const bool by16 = sizeof(I) == 4 && list_width() == 512 && size <= INT32_MAX;
-    using S = std::conditional_t<N == 8, uint64_t, std::conditional_t<N == 4, uint32_t, int32_t>>;
+    using S = std::conditional_t<N == 4, uint32_t, int32_t>;
     took(Path::fiber_by_targets);
     took(by16     ? Path::list_avx512_int32
          : values ? Path::list_avx512_values
