@@ -917,6 +917,9 @@ NB_MODULE(_core, m) {
           "AVX-512F, 256: four by AVX2, 0: one at a time) and a sorted fiber checks its index (512: eight or "
           "sixteen at a time; one at a time otherwise); the default is the widest the CPU has. Raises "
           "ValueError for a width it has not; returns the previous setting (for tests).");
+    m.def("set_list_sixteen", [](bool on) { return std::exchange(list_sixteen(), on); }, nb::arg("on"),
+          "Whether the split fiber's AVX-512 listing takes sixteen indices at a time where its targets fit int32 "
+          "(the default), or eight, as beyond INT32_MAX targets; returns the previous setting (for tests).");
     m.def("set_wide_stores", [](bool on) { return std::exchange(wide_stores(), on && wide_stores_supported()); },
           nb::arg("on"),
           "Whether streaming stores write whole 64-byte lines by one AVX-512 store (the default where the CPU "

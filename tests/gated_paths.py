@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
 
 from scatterx import _core
 
@@ -25,13 +24,15 @@ def paths_taken():
         taken.update({path: after[path] - before[path] for path in after if after[path] != before[path]})
 
 
-def split_paths(calls, width, index_dtype, itemsize):
+def split_paths(calls, width, itemsize):
     """What `calls` calls split by targets take, with the listing `width` bits wide: sixteen
-    int32 indices at a time by AVX-512, eight with 8-byte updates beside them or with element
-    numbers, four by AVX2, or one at a time."""
+    indices at a time by AVX-512 (512: at most INT32_MAX targets, as every test has), eight with
+    8-byte updates beside them or with element numbers ("512/8": `set_list_sixteen(False)`, as
+    beyond INT32_MAX targets), four by AVX2, or one at a time."""
     if width == 512:
-        listing = ("list_avx512_int32" if np.dtype(index_dtype) == np.int32
-                   else "list_avx512_values" if itemsize == 8 else "list_avx512")
+        listing = "list_avx512_int32"
+    elif width == "512/8":
+        listing = "list_avx512_values" if itemsize == 8 else "list_avx512"
     else:
         listing = {256: "list_avx2", 0: "list_one"}[width]
     return {"fiber_by_targets": calls, listing: calls}

@@ -493,8 +493,24 @@ def _sequential(data, indices, updates, reduction):
     return want
 
 
+# The listing's widths the split tests go through: "512/8" is AVX-512's eight at a time, which it
+# takes beyond INT32_MAX targets (`set_list_sixteen(False)`); 512 lists sixteen at a time.
+_WIDTHS = [0, 256, 512, "512/8"]
+
+
+@pytest.fixture(autouse=True)
+def _sixteen_restored():
+    """Each test leaves the listing's sixteen at a time (`set_list_sixteen`) as it found it."""
+    before = _core.set_list_sixteen(True)
+    _core.set_list_sixteen(before)
+    yield
+    _core.set_list_sixteen(before)
+
+
 def _width_supported(bits):
     """Whether `set_list_width` takes `bits` on this CPU (the setting left as it was)."""
+    if bits == "512/8":
+        bits = 512
     try:
         before = _core.set_list_width(bits)
     except ValueError:
@@ -511,11 +527,13 @@ def _default_list_width():
 
 
 def _list_width(bits):
-    """Sets the width of the listing and of the sorted fiber's check (`set_list_width`) and
-    returns the one before; skips where the CPU has no vectors of that width."""
+    """Sets the width of the listing and of the sorted fiber's check (`set_list_width`; "512/8":
+    512 with `set_list_sixteen(False)`) and returns the width before; skips where the CPU has no
+    vectors of that width."""
     if not _width_supported(bits):
         pytest.skip(f"the CPU has no {bits}-bit vectors")
-    return _core.set_list_width(bits)
+    _core.set_list_sixteen(bits != "512/8")
+    return _core.set_list_width(512 if bits == "512/8" else bits)
 
 
 @contextlib.contextmanager
@@ -550,16 +568,18 @@ def test_list_width_and_split_settings_reject_what_cannot_be():
         with pytest.raises(ValueError):
             _core.set_fiber_split(mode)
     assert _core.set_fiber_split(2) == 2
+    assert _core.set_list_sixteen(False) is True  # on by default
+    assert _core.set_list_sixteen(True) is False
 
 
-@pytest.mark.parametrize("width", [0, 256, 512])
+@pytest.mark.parametrize("width", _WIDTHS)
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max"])
 def test_one_long_fiber_split_by_targets(threads, reduction, width):
     """A 1-D scatter into more targets than L1 holds (160 KB of float64), its indices random:
     on two threads or more each thread applies the updates of its half of the targets (the split
-    forced on, `set_fiber_split(1)`), listed eight at a time by AVX-512F, four by AVX2 or one at
-    a time (`set_list_width`, each the CPU has). The result is the sequential loop's bit for
+    forced on, `set_fiber_split(1)`), listed sixteen or eight at a time by AVX-512F, four by AVX2
+    or one at a time (`set_list_width`, `set_list_sixteen`, each the CPU has). The result is the sequential loop's bit for
     bit, for int64 and int32 indices, negative ones among them, with a new output and with
     out=data; a bad index, in the first block or near the end, is reported and leaves out
     unwritten. A sorted index and one whose updates crowd into a few targets (which keep one
@@ -575,10 +595,10 @@ def test_one_long_fiber_split_by_targets(threads, reduction, width):
     sx.set_num_threads(threads)
     before = _list_width(width)
     mode = _core.set_fiber_split(1)
-    def paths(index_dtype, itemsize=8, split=True):
+    def paths(itemsize=8, split=True):
         if threads == 1:
             return {}
-        return split_paths(1, width, index_dtype, itemsize) if split else {"fiber_reader": 1}
+        return split_paths(1, width, itemsize) if split else {"fiber_reader": 1}
 
     try:
         # The sorted index (negative values first) and the crowded one keep one thread and a reader.
@@ -588,18 +608,18 @@ def test_one_long_fiber_split_by_targets(threads, reduction, width):
                 with paths_taken() as taken:
                     got = sx.scatter_elements(data, index.astype(index_dtype), updates, reduction=reduction)
                 np.testing.assert_array_equal(got, want)
-                assert taken == paths(index_dtype, split=split)
+                assert taken == paths(split=split)
             out = data.copy()
             with paths_taken() as taken:
                 assert sx.scatter_elements(out, index, updates, reduction=reduction, out=out) is out
             np.testing.assert_array_equal(out, want)
-            assert taken == paths(np.int64, split=split)
+            assert taken == paths(split=split)
         with paths_taken() as taken:
             got = sx.scatter_elements(data.astype(np.float32), indices, updates.astype(np.float32),
                                       reduction=reduction)
         assert got.tobytes() == _sequential(data.astype(np.float32), indices, updates.astype(np.float32),
                                             reduction).tobytes()
-        assert taken == paths(np.int64, itemsize=4)
+        assert taken == paths(itemsize=4)
         for at, bad in ((5, size), (n - 7, -size - 1)):
             wrong = indices.copy()
             wrong[at] = bad
@@ -610,7 +630,7 @@ def test_one_long_fiber_split_by_targets(threads, reduction, width):
         sx.set_num_threads(previous)
 
 
-@pytest.mark.parametrize("width", [0, 256, 512])
+@pytest.mark.parametrize("width", _WIDTHS)
 @pytest.mark.parametrize("dtype, reductions", [
     (np.int64, ["none", "add", "mul", "max", "min"]),
     (np.uint64, ["add", "max"]),
@@ -619,9 +639,9 @@ def test_one_long_fiber_split_by_targets(threads, reduction, width):
 def test_one_long_fiber_split_eight_byte_updates(dtype, reductions, width):
     """Updates of eight bytes other than float64 through the split by targets (forced on, two
     threads), whose AVX-512 listing carries each listed update's bytes beside its target where it
-    lists eight at a time (an int64 index) and its element number where sixteen (an int32 index):
-    int64 (products wrapping), uint64 and complex64, int64 and int32 indices, negative ones among
-    them. The result is NumPy's one-at-a-time loop's bit for bit,
+    lists eight at a time ("512/8", as beyond INT32_MAX targets) and its element number where
+    sixteen: int64 (products wrapping), uint64 and complex64, int64 and int32 indices, negative
+    ones among them. The result is NumPy's one-at-a-time loop's bit for bit,
     with each listing the CPU has (`set_list_width`)."""
     rng = np.random.default_rng(15)
     # Longer than the 2**20 elements below which a fiber keeps one thread (kReadAheadMin); the
@@ -641,10 +661,10 @@ def test_one_long_fiber_split_eight_byte_updates(dtype, reductions, width):
                 with paths_taken() as taken:
                     got = sx.scatter_elements(data, index, updates, reduction=reduction)
                 assert got.tobytes() == want, (reduction, index.dtype)
-                assert taken == split_paths(1, width, index.dtype, 8), (reduction, index.dtype)
+                assert taken == split_paths(1, width, 8), (reduction, index.dtype)
 
 
-@pytest.mark.parametrize("width", [0, 256, 512])
+@pytest.mark.parametrize("width", _WIDTHS)
 @pytest.mark.parametrize("dtype, reductions", [
     (np.float64, ["none", "min"]),
     (np.float32, ["none", "add", "mul", "max"]),
@@ -656,8 +676,9 @@ def test_one_long_fiber_split_eight_byte_updates(dtype, reductions, width):
 def test_one_long_fiber_split_int32_index(dtype, reductions, width):
     """An int32 index through the split by targets (forced on, two threads), which AVX-512's
     listing takes sixteen at a time, its targets as int32, beside each the update's bytes where
-    it has 8 or 4 (float64, float32, int32 wrapping) and the element's number otherwise (float16,
-    uint8 wrapping, complex128); negative indices among them. The result is NumPy's
+    it has 4 (float32, int32 wrapping) and the element's number otherwise (float64, float16,
+    uint8 wrapping, complex128); eight at a time ("512/8", as beyond INT32_MAX targets) the
+    bytes of 8 (float64) as well; negative indices among them. The result is NumPy's
     one-at-a-time loop's bit for bit with each listing the CPU has (`set_list_width`). A bad
     index (int32's least, or one past the end; in the first sixteen or in the last block's tail
     beyond the last sixteen) raises, naming it: into a new output, where the listing finds it,
@@ -684,21 +705,21 @@ def test_one_long_fiber_split_int32_index(dtype, reductions, width):
                 assert sx.scatter_elements(out, indices, updates, reduction=reduction, out=out) is out
             assert got.tobytes() == want.tobytes(), reduction
             assert out.tobytes() == want.tobytes(), reduction
-            assert taken == split_paths(2, width, np.int32, data.itemsize), reduction
+            assert taken == split_paths(2, width, data.itemsize), reduction
         for at, bad in ((3, np.iinfo(np.int32).min), (n - 2, size)):
             wrong = indices.copy()
             wrong[at] = bad
             with paths_taken() as taken, pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
                 sx.scatter_elements(data, wrong, updates, reduction=reductions[0])
             # The listing found it, and the short path reported it at once (one call).
-            assert taken == split_paths(1, width, np.int32, data.itemsize)
+            assert taken == split_paths(1, width, data.itemsize)
             out = data.copy()
             with pytest.raises(IndexError, match=rf"index {bad} at indices\[{at}\]"):
                 sx.scatter_elements(out, wrong, updates, reduction=reductions[0], out=out)
             assert out.tobytes() == data.tobytes()
 
 
-@pytest.mark.parametrize("width", [0, 256, 512])
+@pytest.mark.parametrize("width", _WIDTHS)
 def test_one_long_fiber_split_or_not_the_same_bits(width):
     """The split by targets (`set_fiber_split`: never, always, and by the CPU, which decides by
     the listing's width, the reduction, the type and the table's size) against the fiber on one
@@ -724,7 +745,7 @@ def test_one_long_fiber_split_or_not_the_same_bits(width):
     try:
         for data, index, updates, reduction in cases:
             want = _sequential(np.array(data), index, updates, reduction).tobytes()
-            split = split_paths(1, width, index.dtype, data.itemsize)
+            split = split_paths(1, width, data.itemsize)
             for mode, paths in ((0, [{"fiber_reader": 1}]), (1, [split]), (2, [{"fiber_reader": 1}, split])):
                 before = _core.set_fiber_split(mode)
                 try:
@@ -934,7 +955,7 @@ def test_float16_arithmetic_by_f16c_along_the_paths(reduction):
     calls = len(ways)
     # Without vectors to list by, the random fiber keeps one thread and a reader (fiber_split_pays).
     width = _default_list_width()
-    paths = [split_paths(calls, width, np.int64, 2) if width else {"fiber_reader": calls},
+    paths = [split_paths(calls, width, 2) if width else {"fiber_reader": calls},
              {"fiber_by_positions": calls, "ascending_chains": calls}, {}]
     previous = sx.get_num_threads()
     sx.set_num_threads(2)

@@ -1019,7 +1019,8 @@ inline void read_ahead(const char* ip, int64_t isize, const char* up, int64_t us
 // (8 of 8), uint8 8.59 / 6.93 (8 of 8), bfloat16 10.00 / 8.79 and float32 max 9.74 / 8.28 (6 of 6
 // each); float64 adds no slower (9.19 / 9.28, 2 of 8; 8.99 / 8.66, 8 of 8; hist_add_i32 8.64 /
 // 8.67, 4 of 8). An int64 index listed so (two vectors of eight cut to one of sixteen int32) was
-// slower: hist_add 10.97 / 11.57 ms (0 of 8), float32 adds 9.00 / 9.33 (2 of 6); it keeps eight.
+// slower: hist_add 10.97 / 11.57 ms (0 of 8), float32 adds 9.00 / 9.33 (2 of 6); it kept eight
+// until stop 80 (below).
 // Sixteen at a time, updates of 8 bytes are not listed themselves but by their element numbers
 // (one compress for sixteen, not two for eight each, and no load of the updates in the listing;
 // the adds read them from the block's lines, asked for ahead). Stop 80, the same machine, one
@@ -1028,6 +1029,15 @@ inline void read_ahead(const char* ip, int64_t isize, const char* up, int64_t us
 // (faster in 8 of 8 rounds), 8.64 / 8.32 (10 of 12), after a copy of 256 MiB 9.22 / 9.20 (6 of 8)
 // and 8.67 / 8.69 (6 of 12); float64 max 9.53 / 8.98 (8 of 8), int64 adds 8.06 / 7.56 (6 of 8),
 // float64 adds into 1e6 bins 16.51 / 15.67 (7 of 8).
+// So listed, an int64 index into at most INT32_MAX targets goes sixteen at a time as well (two
+// vectors of eight checked and compared as int64, their targets cut to sixteen int32: one compress
+// for the targets and one for the element numbers or the updates of 4 bytes, where eight at a time
+// took two for eight). Stop 80, as above, eight / sixteen at a time, 1e7 updates with an int64
+// index (negative ones among them) into 1e5 bins: hist_add 10.06 / 9.70 ms (faster in 9 of 10
+// rounds) and 9.58 / 9.31 (10 of 10), after a copy 10.82 / 10.65 (7 of 10) and 10.41 / 10.39 (6 of
+// 10); float64 adds 10.06 / 9.54, float64 max 11.27 / 10.87, int64 adds 9.97 / 9.38, float32 adds
+// 8.34 / 7.89, float64 adds into 1e6 bins 20.34 / 19.17 (8 of 8 rounds each). Beyond INT32_MAX
+// targets the listing takes eight at a time (and list_sixteen() off, for tests).
 inline constexpr int64_t kOwnListBlock = 128;
 inline constexpr int64_t kSplitFiberBytes = int64_t(64) << 10;
 inline constexpr int64_t kSplitSample = 4096;
@@ -1056,6 +1066,13 @@ inline bool list_width_supported(int bits) {
 inline int& list_width() {
     static int bits = list_width_supported(512) ? 512 : list_width_supported(256) ? 256 : 0;
     return bits;
+}
+// Whether AVX-512's listing takes sixteen indices at a time where the targets fit int32
+// (list_own16_avx512; see kOwnListBlock); off, it takes eight, as it must beyond INT32_MAX
+// targets. Tests turn it off to reach that listing.
+inline bool& list_sixteen() {
+    static bool on = true;
+    return on;
 }
 // Whether a fiber into `bytes` of targets (beyond kSplitFiberBytes, its index spread) is split by
 // its targets under the setting in force and the listing's width (see kOwnListBlock).
@@ -1221,10 +1238,45 @@ inline int64_t list_own_targets(const I* iv, const uint64_t* uv, int64_t j0, int
                      [&](int64_t e) { return Values ? uv[e] : uint64_t(j0 + e); });
 }
 
-// list_own_targets for an int32 index into at most INT32_MAX targets where the listing is
-// AVX-512's (list_own16_avx512; S as there), the rest one at a time.
+// list_own16_avx512 for an int64 index into at most INT32_MAX targets: two vectors of eight
+// checked and compared as int64, their targets cut to one vector of sixteen int32 (one compress
+// for the sixteen targets, one for their updates of 4 bytes or element numbers).
 template <class S>
-inline int64_t list_own_targets16(const int32_t* iv, const S* uv, int64_t n, int64_t size, int64_t lo, int64_t hi,
+__attribute__((target("avx512f"))) inline int64_t list_own16_avx512(const int64_t* iv, const S* uv, int64_t n,
+                                                                    int32_t size, int32_t lo, int32_t hi,
+                                                                    int32_t* tgt, S* second, int64_t& m, bool& bad) {
+    const __m512i vsize = _mm512_set1_epi64(size), vlo = _mm512_set1_epi64(lo), width = _mm512_set1_epi64(hi - lo);
+    const __m512i zero = _mm512_setzero_si512(), sixteen = _mm512_set1_epi32(16);
+    const __m512i lows = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    __m512i at = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __mmask8 outside = 0;
+    int64_t j = 0, k = m;
+    for (; j + 16 <= n; j += 16) {
+        __m512i a = _mm512_loadu_si512(iv + j), b = _mm512_loadu_si512(iv + j + 8);
+        a = _mm512_mask_add_epi64(a, _mm512_cmplt_epi64_mask(a, zero), a, vsize);
+        b = _mm512_mask_add_epi64(b, _mm512_cmplt_epi64_mask(b, zero), b, vsize);
+        outside |= _mm512_cmpge_epu64_mask(a, vsize) | _mm512_cmpge_epu64_mask(b, vsize);
+        const __mmask8 oa = _mm512_cmplt_epu64_mask(_mm512_sub_epi64(a, vlo), width);
+        const __mmask8 ob = _mm512_cmplt_epu64_mask(_mm512_sub_epi64(b, vlo), width);
+        const __mmask16 own = _mm512_kunpackb(ob, oa);
+        _mm512_storeu_si512(tgt + k, _mm512_maskz_compress_epi32(own, _mm512_permutex2var_epi32(a, lows, b)));
+        if constexpr (std::is_same_v<S, uint32_t>) {
+            _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi32(own, _mm512_loadu_si512(uv + j)));
+        } else {
+            _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi32(own, at));
+            at = _mm512_add_epi32(at, sixteen);
+        }
+        k += __builtin_popcount(unsigned(own));
+    }
+    bad |= outside != 0;
+    m = k;
+    return j;
+}
+
+// list_own_targets for an index (int32 or int64) into at most INT32_MAX targets where the listing
+// is AVX-512's and sixteen at a time (list_own16_avx512; S as there), the rest one at a time.
+template <class I, class S>
+inline int64_t list_own_targets16(const I* iv, const S* uv, int64_t n, int64_t size, int64_t lo, int64_t hi,
                                   int32_t* tgt, S* second, bool& bad) {
     int64_t m = 0, j = 0;
 #ifdef SCATTERX_HAVE_F16C_PATH
@@ -1263,12 +1315,12 @@ bool scatter_fiber_by_targets(int parts, T* ov, const I* iv, const T* uv, int64_
                               int64_t sstr) {
     constexpr int64_t N = sizeof(T);
     // Updates of 8 bytes are listed themselves beside their targets where the listing is AVX-512's
-    // and eight at a time (see kOwnListBlock).
+    // and eight at a time (beyond INT32_MAX targets; see kOwnListBlock).
     const bool values = N == 8 && list_width() == 512;
-    // An int32 index into at most INT32_MAX targets is listed sixteen at a time where the listing
-    // is AVX-512's, its targets as int32, beside them an update of 4 bytes or else the element's
+    // An index into at most INT32_MAX targets is listed sixteen at a time where the listing is
+    // AVX-512's, its targets as int32, beside them an update of 4 bytes or else the element's
     // number (see kOwnListBlock).
-    const bool by16 = sizeof(I) == 4 && list_width() == 512 && size <= INT32_MAX;
+    const bool by16 = list_width() == 512 && list_sixteen() && size <= INT32_MAX;
     using S = std::conditional_t<N == 4, uint32_t, int32_t>;
     took(Path::fiber_by_targets);
     took(by16     ? Path::list_avx512_int32
@@ -1288,17 +1340,15 @@ bool scatter_fiber_by_targets(int parts, T* ov, const I* iv, const T* uv, int64_
             ask_fiber_streams_ahead(reinterpret_cast<const char*>(iv), sizeof(I), reinterpret_cast<const char*>(uv),
                                     sizeof(T), b0, b1, na);
             if (by16) {
-                if constexpr (sizeof(I) == 4) {
-                    alignas(64) int32_t t16[kOwnListBlock + 16];
-                    alignas(64) S s16[kOwnListBlock + 16];
-                    const S* listed = std::is_same_v<S, int32_t> ? nullptr : reinterpret_cast<const S*>(uv + b0);
-                    const int64_t m = list_own_targets16<S>(iv + b0, listed, b1 - b0, size, lo, hi, t16, s16,
-                                                            local_bad);
-                    if constexpr (std::is_same_v<S, int32_t>)
-                        for (int64_t k = 0; k < m; ++k) Reducer<R>::apply(ov[t16[k]], uv[b0 + s16[k]]);
-                    else
-                        for (int64_t k = 0; k < m; ++k) Reducer<R>::apply(ov[t16[k]], std::bit_cast<T>(s16[k]));
-                }
+                alignas(64) int32_t t16[kOwnListBlock + 16];
+                alignas(64) S s16[kOwnListBlock + 16];
+                const S* listed = std::is_same_v<S, int32_t> ? nullptr : reinterpret_cast<const S*>(uv + b0);
+                const int64_t m =
+                    list_own_targets16<I, S>(iv + b0, listed, b1 - b0, size, lo, hi, t16, s16, local_bad);
+                if constexpr (std::is_same_v<S, int32_t>)
+                    for (int64_t k = 0; k < m; ++k) Reducer<R>::apply(ov[t16[k]], uv[b0 + s16[k]]);
+                else
+                    for (int64_t k = 0; k < m; ++k) Reducer<R>::apply(ov[t16[k]], std::bit_cast<T>(s16[k]));
             } else if (values) {
                 if constexpr (N == 8) {
                     const int64_t m = list_own_targets<I, true>(iv + b0, reinterpret_cast<const uint64_t*>(uv + b0),

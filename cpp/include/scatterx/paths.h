@@ -27,7 +27,7 @@ enum class Path : int {
     list_avx2,           //   four at a time by AVX2
     list_avx512,         //   eight at a time by AVX-512, with element numbers
     list_avx512_values,  //   eight at a time by AVX-512, with 8-byte updates
-    list_avx512_int32,   //   an int32 index sixteen at a time by AVX-512
+    list_avx512_int32,   //   sixteen at a time by AVX-512, the targets as int32
     rows_by_target,      // rows of one target each (scatter_by_target_rows)
     stage_rows,          // blocks of target rows worked in a scratch (stage_rows)
     gather_stream,       // a gather's output written by streaming stores (kStreamBytes)
