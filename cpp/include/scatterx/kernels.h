@@ -1117,6 +1117,26 @@ __attribute__((target("avx512f"))) inline int64_t list_own_avx512(const I* iv, c
     return j;
 }
 
+// Appends the targets of `targets` that `own` marks (sixteen int32 lanes, elements j to j + 15),
+// in order, to tgt from k on, and beside each, by S, its update of 4 bytes from uv or its element
+// number from `at` (then advanced by sixteen; uv unused, null), by whole-vector stores of the
+// compressed lanes (the lists need sixteen entries of room); returns the new count.
+// list_own16_avx512's step.
+template <class S>
+[[gnu::always_inline]] __attribute__((target("avx512f"))) inline int64_t append_own16(__mmask16 own, __m512i targets,
+                                                                                    const S* uv, int64_t j, __m512i& at,
+                                                                                    int32_t* tgt, S* second,
+                                                                                    int64_t k) {
+    _mm512_storeu_si512(tgt + k, _mm512_maskz_compress_epi32(own, targets));
+    if constexpr (std::is_same_v<S, uint32_t>) {
+        _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi32(own, _mm512_loadu_si512(uv + j)));
+    } else {
+        _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi32(own, at));
+        at = _mm512_add_epi32(at, _mm512_set1_epi32(16));
+    }
+    return k + __builtin_popcount(unsigned(own));
+}
+
 // list_own_targets for an int32 index into at most INT32_MAX targets, sixteen indices at a time,
 // the targets listed as int32 (one compress for sixteen, none widened to 64 bits). Beside them,
 // by S: an update of 4 bytes (uint32_t, one compress of sixteen), or else (int32_t) the element's
@@ -1127,7 +1147,7 @@ __attribute__((target("avx512f"))) inline int64_t list_own16_avx512(const int32_
                                                                     int32_t size, int32_t lo, int32_t hi,
                                                                     int32_t* tgt, S* second, int64_t& m, bool& bad) {
     const __m512i vsize = _mm512_set1_epi32(size), vlo = _mm512_set1_epi32(lo), width = _mm512_set1_epi32(hi - lo);
-    const __m512i zero = _mm512_setzero_si512(), sixteen = _mm512_set1_epi32(16);
+    const __m512i zero = _mm512_setzero_si512();
     __m512i at = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     __mmask16 outside = 0;
     int64_t j = 0, k = m;
@@ -1136,14 +1156,7 @@ __attribute__((target("avx512f"))) inline int64_t list_own16_avx512(const int32_
         r = _mm512_mask_add_epi32(r, _mm512_cmplt_epi32_mask(r, zero), r, vsize);
         outside |= _mm512_cmpge_epu32_mask(r, vsize);
         const __mmask16 own = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(r, vlo), width);
-        _mm512_storeu_si512(tgt + k, _mm512_maskz_compress_epi32(own, r));
-        if constexpr (std::is_same_v<S, uint32_t>) {
-            _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi32(own, _mm512_loadu_si512(uv + j)));
-        } else {
-            _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi32(own, at));
-            at = _mm512_add_epi32(at, sixteen);
-        }
-        k += __builtin_popcount(unsigned(own));
+        k = append_own16<S>(own, r, uv, j, at, tgt, second, k);
     }
     bad |= outside != 0;
     m = k;
@@ -1246,7 +1259,7 @@ __attribute__((target("avx512f"))) inline int64_t list_own16_avx512(const int64_
                                                                     int32_t size, int32_t lo, int32_t hi,
                                                                     int32_t* tgt, S* second, int64_t& m, bool& bad) {
     const __m512i vsize = _mm512_set1_epi64(size), vlo = _mm512_set1_epi64(lo), width = _mm512_set1_epi64(hi - lo);
-    const __m512i zero = _mm512_setzero_si512(), sixteen = _mm512_set1_epi32(16);
+    const __m512i zero = _mm512_setzero_si512();
     const __m512i lows = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     __m512i at = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     __mmask8 outside = 0;
@@ -1259,14 +1272,7 @@ __attribute__((target("avx512f"))) inline int64_t list_own16_avx512(const int64_
         const __mmask8 oa = _mm512_cmplt_epu64_mask(_mm512_sub_epi64(a, vlo), width);
         const __mmask8 ob = _mm512_cmplt_epu64_mask(_mm512_sub_epi64(b, vlo), width);
         const __mmask16 own = _mm512_kunpackb(ob, oa);
-        _mm512_storeu_si512(tgt + k, _mm512_maskz_compress_epi32(own, _mm512_permutex2var_epi32(a, lows, b)));
-        if constexpr (std::is_same_v<S, uint32_t>) {
-            _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi32(own, _mm512_loadu_si512(uv + j)));
-        } else {
-            _mm512_storeu_si512(second + k, _mm512_maskz_compress_epi32(own, at));
-            at = _mm512_add_epi32(at, sixteen);
-        }
-        k += __builtin_popcount(unsigned(own));
+        k = append_own16<S>(own, _mm512_permutex2var_epi32(a, lows, b), uv, j, at, tgt, second, k);
     }
     bad |= outside != 0;
     m = k;
