@@ -1163,6 +1163,34 @@ __attribute__((target("avx512f"))) inline int64_t list_own16_avx512(const int32_
     return j;
 }
 
+// list_own16_avx512 for an int64 index into at most INT32_MAX targets: two vectors of eight
+// checked and compared as int64, their targets cut to one vector of sixteen int32 (one compress
+// for the sixteen targets, one for their updates of 4 bytes or element numbers).
+template <class S>
+__attribute__((target("avx512f"))) inline int64_t list_own16_avx512(const int64_t* iv, const S* uv, int64_t n,
+                                                                    int32_t size, int32_t lo, int32_t hi,
+                                                                    int32_t* tgt, S* second, int64_t& m, bool& bad) {
+    const __m512i vsize = _mm512_set1_epi64(size), vlo = _mm512_set1_epi64(lo), width = _mm512_set1_epi64(hi - lo);
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i lows = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    __m512i at = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __mmask8 outside = 0;
+    int64_t j = 0, k = m;
+    for (; j + 16 <= n; j += 16) {
+        __m512i a = _mm512_loadu_si512(iv + j), b = _mm512_loadu_si512(iv + j + 8);
+        a = _mm512_mask_add_epi64(a, _mm512_cmplt_epi64_mask(a, zero), a, vsize);
+        b = _mm512_mask_add_epi64(b, _mm512_cmplt_epi64_mask(b, zero), b, vsize);
+        outside |= _mm512_cmpge_epu64_mask(a, vsize) | _mm512_cmpge_epu64_mask(b, vsize);
+        const __mmask8 oa = _mm512_cmplt_epu64_mask(_mm512_sub_epi64(a, vlo), width);
+        const __mmask8 ob = _mm512_cmplt_epu64_mask(_mm512_sub_epi64(b, vlo), width);
+        const __mmask16 own = _mm512_kunpackb(ob, oa);
+        k = append_own16<S>(own, _mm512_permutex2var_epi32(a, lows, b), uv, j, at, tgt, second, k);
+    }
+    bad |= outside != 0;
+    m = k;
+    return j;
+}
+
 // For each mask of four kept 64-bit lanes, the 32-bit lanes that bring them to the front in order.
 inline constexpr auto kCompress4 = [] {
     std::array<std::array<int32_t, 8>, 16> t{};
@@ -1249,34 +1277,6 @@ inline int64_t list_own_targets(const I* iv, const uint64_t* uv, int64_t j0, int
 #endif
     return list_rest(iv, j, n, size, lo, hi, tgt, pos, m, bad,
                      [&](int64_t e) { return Values ? uv[e] : uint64_t(j0 + e); });
-}
-
-// list_own16_avx512 for an int64 index into at most INT32_MAX targets: two vectors of eight
-// checked and compared as int64, their targets cut to one vector of sixteen int32 (one compress
-// for the sixteen targets, one for their updates of 4 bytes or element numbers).
-template <class S>
-__attribute__((target("avx512f"))) inline int64_t list_own16_avx512(const int64_t* iv, const S* uv, int64_t n,
-                                                                    int32_t size, int32_t lo, int32_t hi,
-                                                                    int32_t* tgt, S* second, int64_t& m, bool& bad) {
-    const __m512i vsize = _mm512_set1_epi64(size), vlo = _mm512_set1_epi64(lo), width = _mm512_set1_epi64(hi - lo);
-    const __m512i zero = _mm512_setzero_si512();
-    const __m512i lows = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    __m512i at = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    __mmask8 outside = 0;
-    int64_t j = 0, k = m;
-    for (; j + 16 <= n; j += 16) {
-        __m512i a = _mm512_loadu_si512(iv + j), b = _mm512_loadu_si512(iv + j + 8);
-        a = _mm512_mask_add_epi64(a, _mm512_cmplt_epi64_mask(a, zero), a, vsize);
-        b = _mm512_mask_add_epi64(b, _mm512_cmplt_epi64_mask(b, zero), b, vsize);
-        outside |= _mm512_cmpge_epu64_mask(a, vsize) | _mm512_cmpge_epu64_mask(b, vsize);
-        const __mmask8 oa = _mm512_cmplt_epu64_mask(_mm512_sub_epi64(a, vlo), width);
-        const __mmask8 ob = _mm512_cmplt_epu64_mask(_mm512_sub_epi64(b, vlo), width);
-        const __mmask16 own = _mm512_kunpackb(ob, oa);
-        k = append_own16<S>(own, _mm512_permutex2var_epi32(a, lows, b), uv, j, at, tgt, second, k);
-    }
-    bad |= outside != 0;
-    m = k;
-    return j;
 }
 
 // list_own_targets for an index (int32 or int64) into at most INT32_MAX targets where the listing
